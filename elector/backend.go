@@ -1,0 +1,65 @@
+package elector
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// LeaseID names a lease in the coordination store. Zero means "no lease".
+type LeaseID int64
+
+// ErrLeaseNotFound is returned by Backend.Renew when the store no longer knows the lease:
+// it expired or was revoked, and with it every key bound to it is gone.
+var ErrLeaseNotFound = errors.New("lease not found: it expired or was revoked")
+
+// Holder is the holder of an election key as the store reported it.
+type Holder struct {
+	// Value is the raw value of the key (an encoded Record).
+	Value []byte
+	// Lease is the lease the key is bound to. Ownership is decided by the lease, not by the
+	// instance id in Value: two processes can claim one id, but never one lease.
+	Lease LeaseID
+	// Token is the key's create revision. A new term always creates the key anew, so tokens
+	// strictly increase from term to term: this is the fencing token.
+	Token int64
+}
+
+// Observation is the state of an election key at a store revision.
+type Observation struct {
+	// Revision is the store revision the observation is current as of; a watch that starts
+	// after it misses no change.
+	Revision int64
+	// Holder is nil when nobody holds the key.
+	Holder *Holder
+	// Err is set (and nothing else) when a watch broke; the watcher must read the key again.
+	Err error
+}
+
+// Backend is what an election needs from a coordination store (etcd in production): leases
+// that expire unless renewed, a compare-and-swap create, deletes guarded by the create
+// revision, and a watch. Every method must honour ctx's deadline and cancellation.
+type Backend interface {
+	// Grant creates a lease that lives for ttl unless renewed, and returns its id and the
+	// TTL the store actually granted (it may round or raise the request).
+	Grant(ctx context.Context, ttl time.Duration) (LeaseID, time.Duration, error)
+	// Renew extends the lease once and returns the TTL the store granted, counted from when
+	// it handled the request. It returns ErrLeaseNotFound when the lease is gone.
+	Renew(ctx context.Context, id LeaseID) (time.Duration, error)
+	// Revoke deletes the lease and every key bound to it.
+	Revoke(ctx context.Context, id LeaseID) error
+	// Campaign creates the election's key with value, bound to lease, if and only if the key
+	// does not exist, atomically; either way it returns who holds the key afterwards.
+	Campaign(ctx context.Context, election string, value []byte, lease LeaseID) (Observation, error)
+	// Observe reads the election's key without trying to take it.
+	Observe(ctx context.Context, election string) (Observation, error)
+	// Watch reports every change of the election's key after revision afterRev, in order,
+	// until ctx is cancelled (the channel is then closed) or the watch breaks (one
+	// Observation with Err is sent, then the channel is closed).
+	Watch(ctx context.Context, election string, afterRev int64) <-chan Observation
+	// Release deletes the election's key if its token is still token, so that a deposed
+	// leader can never delete its successor's key.
+	Release(ctx context.Context, election string, token int64) error
+	// Close releases the backend's connections. It does not revoke anything.
+	Close() error
+}

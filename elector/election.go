@@ -1,0 +1,430 @@
+package elector
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Election is one named election as seen by one candidate: it campaigns for the key, holds
+// it, notices losing it, resigns it, and observes who else holds it.
+//
+// State flows one way: the campaign loop reads the store and publishes immutable Terms; the
+// hot path (Enter, Check) loads the newest Term and reads the clock, and never waits on the
+// store.
+type Election struct {
+	c    *Candidate
+	name string
+
+	term     atomic.Pointer[Term]
+	inflight atomic.Int64 // admitted gated requests that have not finished
+
+	mu        sync.Mutex    // serialises publishing and the fields below
+	changed   chan struct{} // closed and replaced on every published change
+	handing   bool          // handing over: hold the key without admitting
+	holdUntil time.Time     // campaign no sooner than this (after a resign)
+
+	users     int // guarded by c.mu
+	startOnce sync.Once
+	stopOnce  sync.Once
+	cancel    context.CancelFunc
+	done      chan struct{}
+	resync    chan struct{} // buffered: asks the loop to read the key again now
+}
+
+func newElection(c *Candidate, name string) *Election {
+	e := &Election{
+		c:       c,
+		name:    name,
+		changed: make(chan struct{}),
+		done:    make(chan struct{}),
+		resync:  make(chan struct{}, 1),
+	}
+	e.term.Store(&Term{Election: name, Self: c.cfg.ID, Reason: "starting", At: c.now()})
+	return e
+}
+
+// Name is the election's name.
+func (e *Election) Name() string { return e.name }
+
+// Candidate is the candidate taking part in this election.
+func (e *Election) Candidate() *Candidate { return e.c }
+
+// Term returns the newest snapshot of the election.
+func (e *Election) Term() *Term { return e.term.Load() }
+
+// Changed returns a channel that is closed at the next change of the election's Term.
+func (e *Election) Changed() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.changed
+}
+
+// Check reports whether this instance may act as leader right now, with the Term it decided
+// on. It does not count the request as in flight; use Enter for requests that a handover
+// must wait for.
+func (e *Election) Check() (*Term, bool) {
+	t := e.term.Load()
+	return t, t.Leading(e.c.now())
+}
+
+// Enter is Check for a request that will run under leadership: when it admits, the request is
+// counted as in flight until the caller calls Exit, and a handover waits for it.
+func (e *Election) Enter() (*Term, bool) {
+	// Count first, then look: a handover publishes "draining" first, then reads the count.
+	// Go's atomics are sequentially consistent, so either this request sees the draining
+	// Term and backs out, or the handover sees this request's count and waits for it.
+	e.inflight.Add(1)
+	t := e.term.Load()
+	if t.Leading(e.c.now()) {
+		return t, true
+	}
+	e.inflight.Add(-1)
+	return t, false
+}
+
+// Exit ends a request admitted by Enter.
+func (e *Election) Exit() { e.inflight.Add(-1) }
+
+// InFlight is the number of admitted requests that have not finished.
+func (e *Election) InFlight() int64 { return e.inflight.Load() }
+
+// Start makes the election campaign (as soon as the candidate has a lease). Idempotent.
+func (e *Election) Start() {
+	e.startOnce.Do(func() {
+		// Close waits for the loop, so it is registered under the same lock that Close
+		// takes to mark the candidate closed.
+		e.c.mu.Lock()
+		defer e.c.mu.Unlock()
+		if e.c.closed {
+			return
+		}
+		ctx, cancel := context.WithCancel(e.c.ctx)
+		e.mu.Lock()
+		e.cancel = cancel
+		e.mu.Unlock()
+		e.c.loops.Add(1)
+		go func() {
+			defer e.c.loops.Done()
+			e.run(ctx)
+		}()
+	})
+}
+
+// Resign hands leadership over if this instance holds it: no new gated request is admitted,
+// admitted ones get up to DrainTimeout to finish, then the key is deleted so that a follower
+// takes over at once. This instance does not campaign again for holdOff. It blocks until the
+// key is released or ctx ends; resigning a follower only sets the hold-off.
+func (e *Election) Resign(ctx context.Context, holdOff time.Duration) error {
+	err := e.handOver(ctx, holdOff)
+	e.kick()
+	return err
+}
+
+func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
+	e.mu.Lock()
+	e.holdUntil = e.c.now().Add(holdOff)
+	e.handing = true
+	t := e.term.Load()
+	if t.lease != nil {
+		e.publishLocked(t.Leader, t.Token, t.lease, "handing over")
+	}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.handing = false
+		e.mu.Unlock()
+	}()
+	if t.lease == nil {
+		return nil
+	}
+	e.drain(ctx)
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token)
+	cancel()
+	if err != nil {
+		e.c.trouble.failed(e.c.log(), "release", err)
+		return err
+	}
+	e.mu.Lock()
+	if cur := e.term.Load(); cur.lease != nil && cur.Token == t.Token {
+		e.publishLocked(Record{}, 0, nil, "resigned")
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// drain waits until no admitted request is in flight, or DrainTimeout or ctx ends.
+func (e *Election) drain(ctx context.Context) {
+	if e.inflight.Load() <= 0 {
+		return
+	}
+	deadline := time.NewTimer(e.c.cfg.DrainTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for e.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			e.c.log().Warn("drain timeout: releasing leadership with gated requests still in flight",
+				zap.String("election", e.name), zap.Int64("in_flight", e.inflight.Load()))
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// stop hands leadership over for good and ends the campaign loop.
+func (e *Election) stop() {
+	e.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.c.cfg.DrainTimeout+2*e.c.requestTimeout)
+		defer cancel()
+		_ = e.handOver(ctx, forever)
+		e.mu.Lock()
+		stopLoop := e.cancel
+		e.mu.Unlock()
+		if stopLoop != nil {
+			stopLoop()
+			<-e.done
+		}
+		e.publishAlone("election no longer configured")
+	})
+}
+
+// kick asks the campaign loop to read the key again without waiting for the watch.
+func (e *Election) kick() {
+	select {
+	case e.resync <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Election) heldOff() (time.Duration, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d := e.holdUntil.Sub(e.c.now())
+	return d, d > 0
+}
+
+// run is the campaign loop: take the key if nobody holds it, else watch it until it is
+// deleted, and start over whenever the lease or the watch is lost.
+func (e *Election) run(ctx context.Context) {
+	defer close(e.done)
+	retry := newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL))
+	for {
+		l := e.c.waitLease(ctx)
+		if l == nil {
+			return
+		}
+		obs, err := e.read(ctx, l)
+		if err == nil {
+			retry.reset()
+			e.observe(obs, l)
+			if e.term.Load().lease != nil {
+				if _, held := e.heldOff(); held {
+					// A resign whose release failed: keep trying to let go.
+					_ = e.handOver(ctx, 0)
+				}
+			}
+			err = e.follow(ctx, l, obs.Revision)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			e.c.trouble.failed(e.c.log(), "campaign", err)
+			e.lostContact(l)
+			if !e.pause(ctx, l, retry) {
+				return
+			}
+		}
+	}
+}
+
+// read campaigns for the key, or only looks at it while held off after a resign.
+func (e *Election) read(ctx context.Context, l *lease) (Observation, error) {
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	if _, held := e.heldOff(); held {
+		return e.c.cfg.Backend.Observe(rctx, e.name)
+	}
+	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now()}
+	return e.c.cfg.Backend.Campaign(rctx, e.name, rec.encode(), l.id)
+}
+
+// follow watches the key from after rev and publishes what it sees. It returns nil when the
+// loop should read the key again now (key deleted, lease lost, hold-off over, resync asked),
+// or the error that broke the watch.
+func (e *Election) follow(ctx context.Context, l *lease, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changes := e.c.cfg.Backend.Watch(wctx, e.name, rev)
+
+	var holdOver <-chan time.Time
+	if d, held := e.heldOff(); held && d < forever/2 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		holdOver = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.lost:
+			e.loseLease(l)
+			return nil
+		case <-holdOver:
+			return nil
+		case <-e.resync:
+			return nil
+		case o, ok := <-changes:
+			if !ok {
+				return errWatchClosed
+			}
+			if o.Err != nil {
+				return o.Err
+			}
+			e.observe(o, l)
+			if o.Holder == nil {
+				return nil // vacant: campaign at once
+			}
+		}
+	}
+}
+
+type watchClosed struct{}
+
+func (watchClosed) Error() string { return "watch closed by the store" }
+
+var errWatchClosed error = watchClosed{}
+
+// pause waits out one backoff step; it returns false if ctx ended. If the lease is lost
+// meanwhile, leadership is given up at once rather than after the wait.
+func (e *Election) pause(ctx context.Context, l *lease, retry *backoff) bool {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-l.lost:
+			e.loseLease(l)
+		case <-wctx.Done():
+		}
+	}()
+	return retry.wait(ctx)
+}
+
+// observe publishes what an observation of the key says, as seen with lease l.
+func (e *Election) observe(o Observation, l *lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.term.Load()
+	h := o.Holder
+	if h == nil {
+		reason := "key vacant"
+		if old.lease != nil {
+			reason = "key deleted"
+		}
+		if old.LeaderKnown() || old.lease != nil || old.Reason == "starting" {
+			e.publishLocked(Record{}, 0, nil, reason)
+		}
+		return
+	}
+	rec, err := decodeRecord(h.Value)
+	if err != nil {
+		e.c.log().Warn("election key holds a value this plugin did not write",
+			zap.String("election", e.name), zap.Error(err))
+		rec = Record{ID: "?"}
+	}
+	var mine *lease
+	select {
+	case <-l.lost:
+	default:
+		if h.Lease == l.id {
+			mine = l
+		}
+	}
+	if mine == nil && rec.ID == e.c.cfg.ID && !e.c.ours(h.Lease) {
+		e.c.log().Error("another process holds this election under the same instance_id; the lease decides, so this one stays a follower: give every instance its own instance_id",
+			zap.String("election", e.name), zap.String("instance_id", rec.ID), zap.Int64("their_lease", int64(h.Lease)))
+	}
+	if old.lease == mine && old.Token == h.Token && old.Leader == rec {
+		return // nothing new
+	}
+	var reason string
+	switch {
+	case mine != nil && old.lease == mine && old.Token == h.Token:
+		reason = "leader record updated"
+	case mine != nil:
+		reason = "elected"
+	case old.lease != nil:
+		reason = "key taken over"
+	default:
+		reason = "new leader observed"
+	}
+	e.publishLocked(rec, h.Token, mine, reason)
+}
+
+// loseLease steps down because the lease under which the key was held is gone.
+func (e *Election) loseLease(l *lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.term.Load(); t.lease == l {
+		e.publishLocked(Record{}, 0, nil, "lease lost")
+	}
+}
+
+// lostContact forgets the leader once the key cannot be read: a stale leader is worse than
+// none for redirects. A key held under a still-valid lease stays held.
+func (e *Election) lostContact(l *lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.term.Load(); t.lease == nil && t.LeaderKnown() {
+		e.publishLocked(Record{}, 0, nil, "etcd unreachable")
+	}
+}
+
+// publishAlone publishes that this instance neither holds nor knows anything any more.
+func (e *Election) publishAlone(reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.publishLocked(Record{}, 0, nil, reason)
+}
+
+// publishLocked makes a new Term current and wakes whoever waits for a change. e.mu is held.
+func (e *Election) publishLocked(leader Record, token int64, held *lease, reason string) {
+	old := e.term.Load()
+	t := &Term{
+		Election: e.name,
+		Self:     e.c.cfg.ID,
+		Leader:   leader,
+		Token:    token,
+		Draining: held != nil && e.handing,
+		Reason:   reason,
+		At:       e.c.now(),
+		lease:    held,
+	}
+	e.term.Store(t)
+	close(e.changed)
+	e.changed = make(chan struct{})
+
+	log := e.c.log()
+	fields := []zap.Field{
+		zap.String("election", e.name), zap.String("self", t.Self),
+		zap.String("leader", t.Leader.ID), zap.Int64("token", t.Token), zap.String("reason", reason),
+	}
+	switch {
+	case held != nil && old.lease == nil:
+		log.Info("became leader", fields...)
+	case held == nil && old.lease != nil:
+		log.Info("stepped down", fields...)
+	case t.Draining && !old.Draining:
+		log.Info("handing leadership over", fields...)
+	case t.Leader.ID != old.Leader.ID || t.Token != old.Token:
+		log.Info("leader changed", fields...)
+	}
+}

@@ -1,0 +1,75 @@
+package elector
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Record is what an election key says about its holder. It is informational: who really holds
+// the key is decided by the lease it is bound to.
+type Record struct {
+	// ID is the holder's instance id.
+	ID string `json:"id"`
+	// URL is how peers reach the holder (its advertise address); may be empty.
+	URL string `json:"url,omitempty"`
+	// Since is when the holder's term began, by the holder's wall clock.
+	Since time.Time `json:"since"`
+}
+
+func (r Record) encode() []byte {
+	b, _ := json.Marshal(r) // a struct of strings and a time cannot fail to marshal
+	return b
+}
+
+func decodeRecord(b []byte) (Record, error) {
+	var r Record
+	err := json.Unmarshal(b, &r)
+	return r, err
+}
+
+// Term is an immutable snapshot of one election as this instance sees it. A new Term is
+// published on every change, so readers load one pointer and never see a half-made state.
+type Term struct {
+	// Election is the election's name.
+	Election string
+	// Self is this instance's id.
+	Self string
+	// Leader is the holder of the election key as last observed. Leader.ID is empty when no
+	// leader is known (nobody holds the key, or the store cannot be reached).
+	Leader Record
+	// Token is the fencing token (the key's create revision) of Leader's term; 0 when no
+	// leader is known.
+	Token int64
+	// Draining is set while this instance holds the key but is handing it over: it admits
+	// no new gated request and waits for the admitted ones to finish.
+	Draining bool
+	// Reason says why this snapshot was published ("elected", "key deleted", ...).
+	Reason string
+	// At is when this snapshot was published, by the local clock.
+	At time.Time
+
+	// lease is the lease under which this instance holds the key; nil when it does not.
+	lease *lease
+}
+
+// Holds reports whether this instance holds the election key (whether or not it may admit).
+func (t *Term) Holds() bool { return t.lease != nil }
+
+// Leading reports whether this instance may act as leader at now: it holds the key, is not
+// handing it over, and its lease deadline is ahead on both clocks. This is the check every
+// gated request passes through.
+func (t *Term) Leading(now time.Time) bool {
+	return t.lease != nil && !t.Draining && t.lease.valid(now)
+}
+
+// LeaseRemaining is how long this instance's lease deadline is still ahead of now while it
+// holds the key; zero otherwise.
+func (t *Term) LeaseRemaining(now time.Time) time.Duration {
+	if t.lease == nil {
+		return 0
+	}
+	return t.lease.remaining(now)
+}
+
+// LeaderKnown reports whether some instance (perhaps this one) is known to hold the key.
+func (t *Term) LeaderKnown() bool { return t.Leader.ID != "" }

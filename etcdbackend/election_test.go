@@ -1,0 +1,423 @@
+package etcdbackend
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/faultproxy"
+)
+
+const testPrefix = "/caddy-leader-test/"
+
+// node is one candidate in a test fleet, reaching etcd through its own fault proxy so that
+// its link can be cut without touching the others.
+type node struct {
+	id       string
+	cand     *elector.Candidate
+	election *elector.Election
+	proxies  []*faultproxy.Proxy
+}
+
+func (n *node) cut() {
+	for _, p := range n.proxies {
+		p.Blackhole()
+	}
+}
+
+func (n *node) heal() {
+	for _, p := range n.proxies {
+		p.Heal()
+	}
+}
+
+func (n *node) leading() bool {
+	_, ok := n.election.Check()
+	return ok
+}
+
+// fleet is a set of nodes in one election plus a watchdog that fails the test if two of
+// them ever admit at the same moment.
+type fleet struct {
+	t     *testing.T
+	nodes []*node
+	stop  chan struct{}
+	done  chan struct{}
+	// overlaps counts watchdog samples in which two nodes admitted at once.
+	overlaps atomic.Int64
+}
+
+type fleetOptions struct {
+	size     int
+	ttl      time.Duration
+	election string
+	ids      []string // instance ids; default node-0, node-1, ...
+}
+
+func startFleet(t *testing.T, cluster *etcdtest.Cluster, o fleetOptions) *fleet {
+	t.Helper()
+	if o.election == "" {
+		o.election = "default"
+	}
+	f := &fleet{t: t, stop: make(chan struct{}), done: make(chan struct{})}
+	for i := range o.size {
+		id := fmt.Sprintf("node-%d", i)
+		if i < len(o.ids) {
+			id = o.ids[i]
+		}
+		f.nodes = append(f.nodes, startNode(t, cluster, id, o.ttl, o.election))
+	}
+	go f.watchdog()
+	t.Cleanup(func() {
+		close(f.stop)
+		<-f.done
+		if n := f.overlaps.Load(); n > 0 {
+			t.Errorf("double leadership: %d samples in which two nodes admitted at once", n)
+		}
+	})
+	return f
+}
+
+func startNode(t *testing.T, cluster *etcdtest.Cluster, id string, ttl time.Duration, election string) *node {
+	t.Helper()
+	n := &node{id: id}
+	var endpoints []string
+	for _, ep := range cluster.Endpoints() {
+		p, err := faultproxy.New(hostPort(ep))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		n.proxies = append(n.proxies, p)
+		endpoints = append(endpoints, p.URL())
+	}
+	backend, err := New(Config{Endpoints: endpoints, Prefix: testPrefix, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.cand, err = elector.NewCandidate(elector.Config{
+		ID:           id,
+		URL:          "http://" + id + ".test:8080",
+		TTL:          ttl,
+		DrainTimeout: 2 * time.Second,
+		Backend:      backend,
+		Logger:       zaptest.NewLogger(t).Named(id),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.election = n.cand.Election(election)
+	n.cand.Start()
+	n.election.Start()
+	t.Cleanup(func() {
+		n.heal()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = n.cand.Close(ctx)
+	})
+	return n
+}
+
+func hostPort(url string) string {
+	const scheme = "http://"
+	return url[len(scheme):]
+}
+
+// watchdog samples every node's admission decision as fast as it can and counts samples in
+// which more than one node would admit a gated request.
+func (f *fleet) watchdog() {
+	defer close(f.done)
+	for {
+		select {
+		case <-f.stop:
+			return
+		default:
+		}
+		leaders := 0
+		for _, n := range f.nodes {
+			if n.leading() {
+				leaders++
+			}
+		}
+		if leaders > 1 {
+			f.overlaps.Add(1)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// waitLeader waits until exactly one of nodes leads and every one of them names it, and
+// returns it with its token.
+func (f *fleet) waitLeader(within time.Duration, nodes ...*node) (*node, int64) {
+	f.t.Helper()
+	if len(nodes) == 0 {
+		nodes = f.nodes
+	}
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		var leader *node
+		count := 0
+		for _, n := range nodes {
+			if n.leading() {
+				leader = n
+				count++
+			}
+		}
+		if count == 1 {
+			tok := leader.election.Term().Token
+			agreed := true
+			for _, n := range nodes {
+				t := n.election.Term()
+				if t.Leader.ID != leader.id || t.Token != tok {
+					agreed = false
+				}
+			}
+			if agreed {
+				return leader, tok
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, n := range nodes {
+		t := n.election.Term()
+		f.t.Logf("%s: leading=%v leader=%q token=%d reason=%q", n.id, n.leading(), t.Leader.ID, t.Token, t.Reason)
+	}
+	f.t.Fatalf("no single agreed leader within %s", within)
+	return nil, 0
+}
+
+// waitNewLeader waits for a leader among nodes other than old, and returns when it was
+// first seen leading.
+func (f *fleet) waitNewLeader(old *node, within time.Duration) (*node, int64, time.Time) {
+	f.t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		for _, n := range f.nodes {
+			if n != old && n.leading() {
+				return n, n.election.Term().Token, time.Now()
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	f.t.Fatalf("no new leader within %s", within)
+	return nil, 0, time.Time{}
+}
+
+func (f *fleet) others(leader *node) []*node {
+	var rest []*node
+	for _, n := range f.nodes {
+		if n != leader {
+			rest = append(rest, n)
+		}
+	}
+	return rest
+}
+
+// failoverLog collects measured failover times so the test log reports them together.
+var failoverLog sync.Map
+
+func record(t *testing.T, what string, d time.Duration) {
+	t.Logf("measured %s: %s", what, d.Round(time.Millisecond))
+	failoverLog.Store(t.Name()+"/"+what, d)
+}
+
+func TestElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd clusters")
+	}
+	for _, members := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d_member_etcd", members), func(t *testing.T) {
+			cluster := etcdtest.Start(t, members)
+			testElectionScenarios(t, cluster)
+		})
+	}
+}
+
+func testElectionScenarios(t *testing.T, cluster *etcdtest.Cluster) {
+	const ttl = 2 * time.Second
+
+	t.Run("exactly_one_leader_and_followers_know_it", func(t *testing.T) {
+		f := startFleet(t, cluster, fleetOptions{size: 3, ttl: ttl, election: "one"})
+		leader, token := f.waitLeader(ttl + 5*time.Second)
+		if token <= 0 {
+			t.Fatalf("token = %d, want > 0", token)
+		}
+		for _, n := range f.others(leader) {
+			term := n.election.Term()
+			if term.Leader.URL != "http://"+leader.id+".test:8080" {
+				t.Errorf("%s sees leader URL %q", n.id, term.Leader.URL)
+			}
+			if term.Holds() {
+				t.Errorf("%s holds the key but is not the leader", n.id)
+			}
+		}
+	})
+
+	t.Run("crashed_leader_is_replaced_after_its_lease_expires", func(t *testing.T) {
+		f := startFleet(t, cluster, fleetOptions{size: 3, ttl: ttl, election: "crash"})
+		leader, token := f.waitLeader(ttl + 5*time.Second)
+		// A leader that is cut off for good is, to the fleet, a crashed one.
+		cutAt := time.Now()
+		leader.cut()
+		next, nextToken, at := f.waitNewLeader(leader, ttl+3*time.Second)
+		record(t, "failover after crash", at.Sub(cutAt))
+		if nextToken <= token {
+			t.Errorf("new token %d is not above old token %d", nextToken, token)
+		}
+		if next == leader {
+			t.Fatal("the crashed node leads again")
+		}
+	})
+
+	t.Run("resign_hands_over_without_waiting_for_the_ttl", func(t *testing.T) {
+		f := startFleet(t, cluster, fleetOptions{size: 3, ttl: ttl, election: "resign"})
+		leader, token := f.waitLeader(ttl + 5*time.Second)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := leader.election.Resign(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		_, nextToken, at := f.waitNewLeader(leader, ttl)
+		record(t, "failover after resign", at.Sub(start))
+		if nextToken <= token {
+			t.Errorf("new token %d is not above old token %d", nextToken, token)
+		}
+		if leader.leading() || leader.election.Term().Holds() {
+			t.Error("the resigned node still leads")
+		}
+	})
+
+	t.Run("leader_cut_off_from_etcd_stops_admitting_before_anyone_else_leads", func(t *testing.T) {
+		f := startFleet(t, cluster, fleetOptions{size: 3, ttl: ttl, election: "cut"})
+		leader, token := f.waitLeader(ttl + 5*time.Second)
+		leader.cut()
+		var stoppedAt time.Time
+		deadline := time.Now().Add(ttl + time.Second)
+		for leader.leading() {
+			if time.Now().After(deadline) {
+				t.Fatal("the cut-off leader still admits after its ttl")
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		stoppedAt = time.Now()
+		next, nextToken, at := f.waitNewLeader(leader, ttl+3*time.Second)
+		if !stoppedAt.Before(at) {
+			t.Fatalf("old leader stopped admitting at %s, after %s started leading at %s", stoppedAt, next.id, at)
+		}
+		record(t, "gap between old leader stopping and new leader starting", at.Sub(stoppedAt))
+		if nextToken <= token {
+			t.Errorf("new token %d is not above old token %d", nextToken, token)
+		}
+		// Healed, the old leader learns the new one and stays a follower.
+		leader.heal()
+		f.waitLeader(ttl + 5*time.Second)
+		if leader.leading() {
+			t.Error("the healed node took leadership back")
+		}
+	})
+
+	t.Run("key_deleted_by_an_operator_makes_the_leader_step_down_and_a_new_term_start", func(t *testing.T) {
+		f := startFleet(t, cluster, fleetOptions{size: 3, ttl: ttl, election: "deleted"})
+		leader, token := f.waitLeader(ttl + 5*time.Second)
+		cli := cluster.Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := cli.Delete(ctx, testPrefix+"deleted"); err != nil {
+			t.Fatal(err)
+		}
+		// Whoever wins the new race, it is a new term with a higher token, well before
+		// any lease could have expired.
+		deadline := time.Now().Add(ttl / 2)
+		for {
+			_, tok := f.waitLeader(ttl)
+			if tok > token {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("still token %d half a ttl after the key was deleted (leader %s)", tok, leader.id)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+
+	t.Run("tokens_strictly_increase_over_successive_terms", func(t *testing.T) {
+		f := startFleet(t, cluster, fleetOptions{size: 3, ttl: ttl, election: "tokens"})
+		_, last := f.waitLeader(ttl + 5*time.Second)
+		for range 4 {
+			leader, _ := f.waitLeader(ttl + 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := leader.election.Resign(ctx, 500*time.Millisecond); err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			cancel()
+			_, tok, _ := f.waitNewLeader(leader, ttl)
+			if tok <= last {
+				t.Fatalf("token %d after token %d", tok, last)
+			}
+			last = tok
+		}
+	})
+
+	t.Run("two_processes_with_one_instance_id_never_both_lead", func(t *testing.T) {
+		f := startFleet(t, cluster, fleetOptions{size: 2, ttl: ttl, election: "sameid", ids: []string{"twin", "twin"}})
+		leader, _ := f.waitLeader(ttl + 5*time.Second)
+		other := f.others(leader)[0]
+		if other.election.Term().Holds() {
+			t.Fatal("both twins hold the key")
+		}
+	})
+}
+
+// TestEtcdMemberLoss stops etcd members under a 3-member cluster: a quorum remains, so the
+// leader keeps its lease and nothing changes.
+func TestEtcdMemberLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd clusters")
+	}
+	// Raft needs about an election timeout (1s) to replace a lost etcd leader; a 5s ttl
+	// gives renewals room to ride that out, as production ttls do.
+	const ttl = 5 * time.Second
+	for _, which := range []string{"follower_member", "raft_leader_member"} {
+		t.Run(which, func(t *testing.T) {
+			cluster := etcdtest.Start(t, 3)
+			f := startFleet(t, cluster, fleetOptions{size: 3, ttl: ttl, election: "members"})
+			leader, token := f.waitLeader(ttl + 5*time.Second)
+			victim := cluster.LeaderIndex(t)
+			if which == "follower_member" {
+				victim = (victim + 1) % 3
+			}
+			cluster.Stop(t, victim)
+			watchUnchanged(t, f, leader, token, 2*ttl)
+			cluster.Restart(t, victim)
+			watchUnchanged(t, f, leader, token, ttl)
+		})
+	}
+}
+
+// watchUnchanged checks for a while that leader keeps leading with token and that every
+// node agrees.
+func watchUnchanged(t *testing.T, f *fleet, leader *node, token int64, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if !leader.leading() {
+			t.Fatalf("%s stopped leading: %s", leader.id, leader.election.Term().Reason)
+		}
+		for _, n := range f.nodes {
+			if term := n.election.Term(); term.Token != token || term.Leader.ID != leader.id {
+				t.Fatalf("%s now sees leader %q token %d (reason %q), want %s token %d",
+					n.id, term.Leader.ID, term.Token, term.Reason, leader.id, token)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,325 @@
+package caddyleader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/etcdbackend"
+	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+)
+
+// testInstance is one candidate with a clock that a test can move forward, as if the
+// process had been paused.
+type testInstance struct {
+	id       string
+	election *elector.Election
+	skew     atomic.Int64
+}
+
+func (i *testInstance) now() time.Time { return time.Now().Add(time.Duration(i.skew.Load())) }
+
+func startInstance(t *testing.T, endpoints []string, id, election string, ttl time.Duration) *testInstance {
+	t.Helper()
+	inst := &testInstance{id: id}
+	backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: endpoints, Prefix: "/gate-test/", DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand, err := elector.NewCandidate(elector.Config{
+		ID: id, URL: "http://" + id + ".test:8080", TTL: ttl, DrainTimeout: 5 * time.Second,
+		Backend: backend, Logger: zaptest.NewLogger(t).Named(id), Now: inst.now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.election = cand.Election(election)
+	cand.Start()
+	inst.election.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = cand.Close(ctx)
+	})
+	return inst
+}
+
+// leaderAndFollower starts two instances in a fresh election and returns them once one
+// leads and the other knows it.
+func leaderAndFollower(t *testing.T, endpoints []string, election string) (leader, follower *testInstance) {
+	t.Helper()
+	a := startInstance(t, endpoints, "a", election, 3*time.Second)
+	b := startInstance(t, endpoints, "b", election, 3*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		_, aLeads := a.election.Check()
+		_, bLeads := b.election.Check()
+		switch {
+		case aLeads && b.election.Term().Leader.ID == "a":
+			return a, b
+		case bLeads && a.election.Term().Leader.ID == "b":
+			return b, a
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no leader elected")
+	return nil, nil
+}
+
+func newGate(t *testing.T, g Gate, e *elector.Election) *Gate {
+	t.Helper()
+	g.setDefaults()
+	if err := g.check(); err != nil {
+		t.Fatal(err)
+	}
+	g.bind(e)
+	return &g
+}
+
+// gatedRequest builds a request as Caddy's server hands it to handlers: with a replacer and
+// the original request in its context.
+func gatedRequest(method, target string) (*http.Request, *caddy.Replacer) {
+	r := httptest.NewRequest(method, target, nil)
+	repl := caddy.NewReplacer()
+	ctx := context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)
+	ctx = context.WithValue(ctx, caddyhttp.OriginalRequestCtxKey, *r)
+	return r.WithContext(ctx), repl
+}
+
+// recordingNext is the handler behind the gate: it notes that it ran and what the
+// placeholders said at that point.
+type recordingNext struct {
+	ran          bool
+	placeholders map[string]string
+}
+
+func (n *recordingNext) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
+	n.ran = true
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	n.placeholders = map[string]string{}
+	for _, key := range []string{phElection, phIsLeader, phSelf, phID, phURL, phToken} {
+		v, _ := repl.GetString(key)
+		n.placeholders[key] = v
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+func TestGate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster := etcdtest.Start(t, 1)
+	leader, follower := leaderAndFollower(t, cluster.Endpoints(), "gate")
+	token := leader.election.Term().Token
+
+	t.Run("leader_admits_and_sets_placeholders", func(t *testing.T) {
+		g := newGate(t, Gate{Election: "gate"}, leader.election)
+		r, _ := gatedRequest(http.MethodPost, "/write")
+		w := httptest.NewRecorder()
+		next := &recordingNext{}
+		if err := g.ServeHTTP(w, r, next); err != nil {
+			t.Fatal(err)
+		}
+		if !next.ran {
+			t.Fatal("the leader did not pass the request on")
+		}
+		want := map[string]string{
+			phElection: "gate", phIsLeader: "true", phSelf: leader.id, phID: leader.id,
+			phURL: "http://" + leader.id + ".test:8080", phToken: fmt.Sprint(token),
+		}
+		for k, v := range want {
+			if next.placeholders[k] != v {
+				t.Errorf("{%s} = %q, want %q", k, next.placeholders[k], v)
+			}
+		}
+		if n := leader.election.InFlight(); n != 0 {
+			t.Errorf("in flight after the request = %d", n)
+		}
+	})
+
+	rejects := []struct {
+		name       string
+		gate       Gate
+		wantStatus int
+	}{
+		{"follower_rejects_with_503_and_retry_after", Gate{Election: "gate"}, 503},
+		{"follower_rejects_with_configured_status", Gate{Election: "gate", StatusCode: 421, RetryAfter: caddy.Duration(2500 * time.Millisecond)}, 421},
+	}
+	for _, tc := range rejects {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate(t, tc.gate, follower.election)
+			r, repl := gatedRequest(http.MethodPost, "/write")
+			w := httptest.NewRecorder()
+			next := &recordingNext{}
+			err := g.ServeHTTP(w, r, next)
+			assertHandlerError(t, err, tc.wantStatus)
+			if next.ran {
+				t.Fatal("a follower passed the request on")
+			}
+			wantRetry := fmt.Sprint(int((time.Duration(g.RetryAfter) + time.Second - 1) / time.Second))
+			if got := w.Header().Get("Retry-After"); got != wantRetry {
+				t.Errorf("Retry-After = %q, want %q", got, wantRetry)
+			}
+			if v, _ := repl.GetString(phIsLeader); v != "false" {
+				t.Errorf("{http.leader.is_leader} = %q on a follower", v)
+			}
+			if v, _ := repl.GetString(phID); v != leader.id {
+				t.Errorf("{http.leader.id} = %q, want %q", v, leader.id)
+			}
+		})
+	}
+
+	for _, code := range []int{307, 308} {
+		t.Run(fmt.Sprintf("follower_redirects_to_leader_preserving_method_with_%d", code), func(t *testing.T) {
+			g := newGate(t, Gate{Election: "gate", Follower: FollowerRedirect, StatusCode: code}, follower.election)
+			r, _ := gatedRequest(http.MethodPut, "/items/7?x=1&y=%20z")
+			w := httptest.NewRecorder()
+			if err := g.ServeHTTP(w, r, &recordingNext{}); err != nil {
+				t.Fatal(err)
+			}
+			if w.Code != code {
+				t.Fatalf("status = %d, want %d", w.Code, code)
+			}
+			want := "http://" + leader.id + ".test:8080/items/7?x=1&y=%20z"
+			if got := w.Header().Get("Location"); got != want {
+				t.Fatalf("Location = %q, want %q", got, want)
+			}
+		})
+	}
+
+	t.Run("redirect_uses_the_uri_before_rewrites", func(t *testing.T) {
+		g := newGate(t, Gate{Election: "gate", Follower: FollowerRedirect}, follower.election)
+		r, _ := gatedRequest(http.MethodPost, "/public/path")
+		r.URL.Path, r.RequestURI = "/internal/path", "/internal/path" // as a rewrite would
+		w := httptest.NewRecorder()
+		if err := g.ServeHTTP(w, r, &recordingNext{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.Header().Get("Location"); got != "http://"+leader.id+".test:8080/public/path" {
+			t.Fatalf("Location = %q", got)
+		}
+	})
+
+	t.Run("leader_resumed_after_a_pause_past_its_lease_rejects_the_first_request", func(t *testing.T) {
+		g := newGate(t, Gate{Election: "gate"}, leader.election)
+		leader.skew.Store(int64(time.Minute)) // the clock jumps as after SIGSTOP
+		defer leader.skew.Store(0)
+		r, _ := gatedRequest(http.MethodPost, "/write")
+		next := &recordingNext{}
+		err := g.ServeHTTP(httptest.NewRecorder(), r, next)
+		assertHandlerError(t, err, 503)
+		if next.ran {
+			t.Fatal("admitted on a lease whose deadline had passed")
+		}
+	})
+
+	t.Run("matcher_matches_only_on_the_leader", func(t *testing.T) {
+		for _, tc := range []struct {
+			inst *testInstance
+			want bool
+		}{{leader, true}, {follower, false}} {
+			m := &Matcher{Election: "gate", election: tc.inst.election, placeholders: new(placeholderCache)}
+			r, repl := gatedRequest(http.MethodGet, "/")
+			if got := m.Match(r); got != tc.want {
+				t.Errorf("%s: Match = %v, want %v", tc.inst.id, got, tc.want)
+			}
+			if v, _ := repl.GetString(phIsLeader); v != fmt.Sprint(tc.want) {
+				t.Errorf("%s: {http.leader.is_leader} = %q", tc.inst.id, v)
+			}
+			if v, _ := repl.GetString(phSelf); v != tc.inst.id {
+				t.Errorf("%s: {http.leader.self} = %q", tc.inst.id, v)
+			}
+		}
+	})
+}
+
+// TestGateDrainsBeforeHandover checks the handover order: once a resign starts, no new
+// request is admitted, and the key is released only after the admitted ones finished.
+func TestGateDrainsBeforeHandover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster := etcdtest.Start(t, 1)
+	leader, follower := leaderAndFollower(t, cluster.Endpoints(), "drain")
+	g := newGate(t, Gate{Election: "drain"}, leader.election)
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	slow := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		close(entered)
+		<-release
+		return nil
+	})
+	served := make(chan error, 1)
+	go func() {
+		r, _ := gatedRequest(http.MethodPost, "/slow")
+		served <- g.ServeHTTP(httptest.NewRecorder(), r, slow)
+	}()
+	<-entered
+
+	resigned := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resigned <- leader.election.Resign(ctx, time.Minute)
+	}()
+	// Wait until the handover is under way: the leader no longer admits.
+	for {
+		if _, ok := leader.election.Check(); !ok {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r, _ := gatedRequest(http.MethodPost, "/new")
+	assertHandlerError(t, g.ServeHTTP(httptest.NewRecorder(), r, &recordingNext{}), 503)
+
+	select {
+	case err := <-resigned:
+		t.Fatalf("resign finished (%v) while an admitted request was still in flight", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if !leader.election.Term().Holds() {
+		t.Fatal("key released while an admitted request was still in flight")
+	}
+	if _, ok := follower.election.Check(); ok {
+		t.Fatal("the follower leads while the old leader still drains")
+	}
+	close(release)
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-resigned; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := follower.election.Check(); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the follower did not take over after the drain")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func assertHandlerError(t *testing.T, err error, status int) {
+	t.Helper()
+	var he caddyhttp.HandlerError
+	if !errors.As(err, &he) {
+		t.Fatalf("error = %v, want a caddyhttp.HandlerError with status %d", err, status)
+	}
+	if he.StatusCode != status {
+		t.Fatalf("status = %d, want %d", he.StatusCode, status)
+	}
+}

@@ -1,0 +1,114 @@
+package etcdtest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// member is one etcd member. Its name, data dir and ports never change, so
+// a restarted member is the same raft member, reachable at the same URL.
+type member struct {
+	name string
+	dir  string
+	// clientURL is advertised and owned by the member's front; etcd itself
+	// listens on listenURL, which only the front dials.
+	clientURL url.URL
+	listenURL url.URL
+	peerURL   url.URL
+
+	// op serialises Stop and Restart of this member, so that a restart
+	// never races a close that still holds the ports.
+	op sync.Mutex
+
+	run *instance // nil while stopped; guarded by Cluster.mu
+}
+
+// instance is one run of a member, from start to stop.
+type instance struct {
+	etcd  *embed.Etcd
+	front *front
+	// closing silences etcd's log once the instance is being stopped.
+	closing atomic.Bool
+}
+
+// start runs the member with its data dir. frontLn, if not nil, is an open
+// listener on clientURL to use for the front; otherwise the front listens
+// on clientURL again.
+func (m *member) start(initialCluster, state string, frontLn net.Listener) (*instance, error) {
+	if frontLn == nil {
+		var err error
+		if frontLn, err = net.Listen("tcp", m.clientURL.Host); err != nil {
+			return nil, fmt.Errorf("listen on client port: %w", err)
+		}
+	}
+	in := &instance{front: serveFront(frontLn, m.listenURL.Host)}
+
+	cfg := embed.NewConfig()
+	cfg.Name = m.name
+	cfg.Dir = m.dir
+	cfg.ListenClientUrls = []url.URL{m.listenURL}
+	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
+	cfg.ListenPeerUrls = []url.URL{m.peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
+	cfg.InitialCluster = initialCluster
+	cfg.InitialClusterToken = "etcdtest"
+	cfg.ClusterState = state
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(memberLogger(m.name, &in.closing))
+
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		in.front.close()
+		return nil, err
+	}
+	in.etcd = e
+	return in, nil
+}
+
+// stop cuts the member's client connections, then closes etcd and waits
+// until its raft loop has exited.
+func (in *instance) stop() {
+	in.closing.Store(true)
+	// Clients lose the member at once, as in a crash. Cutting them first
+	// also spares etcd's graceful gRPC stop its wait for open streams.
+	in.front.close()
+	in.etcd.Close()
+	<-in.etcd.Server.StopNotify()
+}
+
+// memberLogger logs errors to stderr until closing is set. Embed reports
+// its own listeners being closed at shutdown as errors; silencing them
+// keeps test output to the errors that matter.
+func memberLogger(name string, closing *atomic.Bool) *zap.Logger {
+	core := zapcore.NewCore(
+		zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()),
+		zapcore.Lock(os.Stderr),
+		zap.ErrorLevel,
+	)
+	return zap.New(quietCore{Core: core, closing: closing}).Named("etcdtest." + name)
+}
+
+// quietCore drops every entry once closing is set.
+type quietCore struct {
+	zapcore.Core
+	closing *atomic.Bool
+}
+
+func (q quietCore) With(fields []zapcore.Field) zapcore.Core {
+	return quietCore{Core: q.Core.With(fields), closing: q.closing}
+}
+
+func (q quietCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if q.closing.Load() || !q.Enabled(ent.Level) {
+		return ce
+	}
+	return ce.AddCore(ent, q)
+}

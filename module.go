@@ -1,0 +1,309 @@
+// Package caddyleader lets a fleet of Caddy instances elect one leader through etcd and
+// serve chosen routes only on that leader: the `leader` app campaigns, the `leader_gate`
+// handler admits, rejects or redirects, and the `leader` matcher routes on leadership.
+package caddyleader
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/etcdbackend"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+	caddy.RegisterModule(Gate{})
+	caddy.RegisterModule(Matcher{})
+}
+
+// Defaults of the leader app.
+const (
+	DefaultPrefix       = "/caddy-leader/"
+	DefaultTTL          = 10 * time.Second
+	DefaultDialTimeout  = 5 * time.Second
+	DefaultDrainTimeout = 10 * time.Second
+	DefaultElection     = "default"
+
+	// maxTTL is where a TTL stops making sense: failover after a crash takes a TTL.
+	maxTTL = time.Hour
+)
+
+// App is the `leader` app. It owns the connection to etcd and this instance's candidacy in
+// every election that the configuration uses: those named by `leader_gate` handlers and
+// `leader` matchers, and those listed in Elections. Each election is one etcd key,
+// `<prefix><election>`, created by a compare-and-swap transaction and bound to this
+// instance's lease; its create revision is the term's fencing token.
+//
+// The candidacy survives config reloads: a reload that keeps the same endpoints, prefix,
+// ttl, instance_id, advertise and dial_timeout neither resigns nor campaigns again. On
+// shutdown the instance stops admitting gated requests, lets admitted ones finish (up to
+// drain_timeout) and revokes its lease so that another instance takes over at once.
+type App struct {
+	// Endpoints are the etcd client URLs (`http://host:port`, `https://host:port`) or bare
+	// `host:port` addresses of the etcd cluster. At least one is required. Placeholders
+	// such as `{env.ETCD_ENDPOINT}` are expanded.
+	Endpoints []string `json:"endpoints,omitempty"`
+
+	// Prefix is the etcd key namespace of the elections: election `name` is the key
+	// `<prefix>name`. Default: `/caddy-leader/`.
+	Prefix string `json:"prefix,omitempty"`
+
+	// TTL is the lease TTL: how long after this instance stops renewing (crash, freeze,
+	// partition) another instance can take over. A whole number of seconds, from 1s to
+	// 1h; the lease is renewed every ttl/3. Default: 10s.
+	TTL caddy.Duration `json:"ttl,omitempty"`
+
+	// InstanceID names this instance in the election keys, logs and placeholders. It must
+	// be unique within the fleet. Placeholders are expanded. Default: the host name.
+	InstanceID string `json:"instance_id,omitempty"`
+
+	// Advertise is the URL at which peers and clients reach this instance when it leads,
+	// such as `http://10.0.0.5:8080`. It is written into the election key and is required
+	// for `follower redirect`. Placeholders are expanded.
+	Advertise string `json:"advertise,omitempty"`
+
+	// DialTimeout bounds establishing a connection to an etcd endpoint. Default: 5s.
+	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
+
+	// DrainTimeout bounds how long a leader that hands over (shutdown, resign, config
+	// without the election) waits for admitted gated requests to finish before it
+	// releases the key anyway. Default: 10s.
+	DrainTimeout caddy.Duration `json:"drain_timeout,omitempty"`
+
+	// Elections lists elections to take part in even if no handler or matcher uses them,
+	// for instance to stand by as a candidate for a gate configured elsewhere.
+	Elections []string `json:"elections,omitempty"`
+
+	candidate *elector.Candidate
+	poolKey   string
+	elections map[string]*elector.Election
+	logger    *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "leader",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// candidates keeps each candidacy alive across config reloads: a reload provisions the new
+// config (LoadOrNew finds the running candidate) before cleaning up the old one (Delete),
+// so the reference count never reaches zero while some config still uses it.
+var candidates = caddy.NewUsagePool()
+
+// pooledCandidate destroys a candidacy when the last config using it is gone.
+type pooledCandidate struct{ *elector.Candidate }
+
+// Destruct implements caddy.Destructor: hand over and leave the fleet.
+func (p pooledCandidate) Destruct() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*DefaultDrainTimeout+p.TTL())
+	defer cancel()
+	return p.Close(ctx)
+}
+
+// Provision implements caddy.Provisioner. It expands placeholders, fills in defaults,
+// checks every field, and joins (or creates, without any network I/O) the candidacy.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	a.elections = make(map[string]*elector.Election)
+	if err := a.expandAndDefault(); err != nil {
+		return err
+	}
+	if err := a.check(); err != nil {
+		return err
+	}
+	key, err := json.Marshal([]any{a.Endpoints, a.Prefix, a.TTL, a.InstanceID, a.Advertise, a.DialTimeout})
+	if err != nil {
+		return err
+	}
+	a.poolKey = string(key)
+	val, _, err := candidates.LoadOrNew(a.poolKey, func() (caddy.Destructor, error) {
+		backend, err := etcdbackend.New(etcdbackend.Config{
+			Endpoints:   a.Endpoints,
+			Prefix:      a.Prefix,
+			DialTimeout: time.Duration(a.DialTimeout),
+			Logger:      caddy.Log().Named("leader.etcd"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		c, err := elector.NewCandidate(elector.Config{
+			ID:           a.InstanceID,
+			URL:          a.Advertise,
+			TTL:          time.Duration(a.TTL),
+			DrainTimeout: time.Duration(a.DrainTimeout),
+			Backend:      backend,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return pooledCandidate{c}, nil
+	})
+	if err != nil {
+		a.poolKey = ""
+		return err
+	}
+	a.candidate = val.(pooledCandidate).Candidate
+	a.candidate.SetLogger(a.logger)
+	for _, name := range a.Elections {
+		a.election(name)
+	}
+	return nil
+}
+
+func (a *App) expandAndDefault() error {
+	repl := caddy.NewReplacer()
+	for i, ep := range a.Endpoints {
+		a.Endpoints[i] = repl.ReplaceKnown(ep, "")
+	}
+	a.Prefix = repl.ReplaceKnown(a.Prefix, "")
+	a.InstanceID = repl.ReplaceKnown(a.InstanceID, "")
+	a.Advertise = repl.ReplaceKnown(a.Advertise, "")
+	if a.Prefix == "" {
+		a.Prefix = DefaultPrefix
+	}
+	if a.TTL == 0 {
+		a.TTL = caddy.Duration(DefaultTTL)
+	}
+	if a.DialTimeout == 0 {
+		a.DialTimeout = caddy.Duration(DefaultDialTimeout)
+	}
+	if a.DrainTimeout == 0 {
+		a.DrainTimeout = caddy.Duration(DefaultDrainTimeout)
+	}
+	if a.InstanceID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			return fmt.Errorf("instance_id: not set and the host name is unknown (%v): set instance_id", err)
+		}
+		a.InstanceID = host
+	}
+	return nil
+}
+
+// check names the first field that is wrong and why.
+func (a *App) check() error {
+	if len(a.Endpoints) == 0 {
+		return fmt.Errorf("endpoints: at least one etcd endpoint is required")
+	}
+	for _, ep := range a.Endpoints {
+		if err := etcdbackend.CheckEndpoint(ep); err != nil {
+			return fmt.Errorf("endpoints: %v", err)
+		}
+	}
+	ttl := time.Duration(a.TTL)
+	switch {
+	case ttl < elector.MinTTL:
+		return fmt.Errorf("ttl: %s is below the minimum of %s", ttl, elector.MinTTL)
+	case ttl > maxTTL:
+		return fmt.Errorf("ttl: %s is above the maximum of %s (failover after a crash takes one ttl)", ttl, maxTTL)
+	case ttl%time.Second != 0:
+		return fmt.Errorf("ttl: %s is not a whole number of seconds (etcd leases count in seconds)", ttl)
+	}
+	if a.DialTimeout < 0 {
+		return fmt.Errorf("dial_timeout: %s is negative", time.Duration(a.DialTimeout))
+	}
+	if a.DrainTimeout < 0 {
+		return fmt.Errorf("drain_timeout: %s is negative", time.Duration(a.DrainTimeout))
+	}
+	if strings.ContainsAny(a.InstanceID, " \t\r\n") {
+		return fmt.Errorf("instance_id: %q contains white space", a.InstanceID)
+	}
+	if a.Advertise != "" {
+		u, err := url.Parse(a.Advertise)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("advertise: %q is not an http:// or https:// URL with a host", a.Advertise)
+		}
+		if u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("advertise: %q must not have a query or fragment", a.Advertise)
+		}
+	}
+	for _, name := range a.Elections {
+		if err := checkElectionName(name); err != nil {
+			return fmt.Errorf("elections: %v", err)
+		}
+	}
+	return nil
+}
+
+func checkElectionName(name string) error {
+	if name == "" || strings.ContainsAny(name, " \t\r\n") {
+		return fmt.Errorf("election name %q must be non-empty and have no white space", name)
+	}
+	return nil
+}
+
+// election returns the named election and makes this config one of its users.
+func (a *App) election(name string) *elector.Election {
+	if e, ok := a.elections[name]; ok {
+		return e
+	}
+	e := a.candidate.Election(name)
+	a.elections[name] = e
+	return e
+}
+
+// Start implements caddy.App: keep a lease and campaign in every election this config uses.
+// It returns at once; an unreachable etcd only delays leadership (gated routes fail closed).
+func (a *App) Start() error {
+	a.candidate.Start()
+	for _, e := range a.elections {
+		e.Start()
+	}
+	return nil
+}
+
+// Stop implements caddy.App. On a reload it does nothing: the next config keeps the
+// candidacy. When the process exits, it hands over at once, instead of after the HTTP
+// server's grace period, so that the fleet has a new leader as soon as possible.
+func (a *App) Stop() error {
+	if !caddy.Exiting() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(a.DrainTimeout)+time.Duration(a.TTL))
+	defer cancel()
+	return a.candidate.Close(ctx)
+}
+
+// Cleanup implements caddy.CleanerUpper. It also runs after a failed Provision, so it
+// tolerates a half-provisioned app.
+func (a *App) Cleanup() error {
+	if a.candidate != nil {
+		for _, e := range a.elections {
+			a.candidate.Release(e)
+		}
+	}
+	if a.poolKey != "" {
+		_, err := candidates.Delete(a.poolKey)
+		return err
+	}
+	return nil
+}
+
+// appFrom finds the leader app of the config being provisioned, for a handler or matcher.
+func appFrom(ctx caddy.Context, module string) (*App, error) {
+	v, err := ctx.AppIfConfigured("leader")
+	if err != nil {
+		return nil, fmt.Errorf("%s: needs the leader app, which is not configured: add the global `leader { endpoints ... }` option (Caddyfile) or apps.leader (JSON): %v", module, err)
+	}
+	return v.(*App), nil
+}
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+	_ caddy.Destructor   = pooledCandidate{}
+)

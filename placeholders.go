@@ -1,0 +1,73 @@
+package caddyleader
+
+import (
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// Placeholder names set by the gate and the matcher.
+const (
+	phElection = "http.leader.election"
+	phIsLeader = "http.leader.is_leader"
+	phSelf     = "http.leader.self"
+	phID       = "http.leader.id"
+	phURL      = "http.leader.url"
+	phToken    = "http.leader.token"
+)
+
+// termPlaceholders answers the leader placeholders for one Term. Its values are boxed once,
+// when leadership changes, so a gated request pays only for registering a provider.
+type termPlaceholders struct {
+	term     *elector.Term
+	admitted caddy.ReplacerFunc // is_leader true
+	refused  caddy.ReplacerFunc // is_leader false
+}
+
+func newTermPlaceholders(t *elector.Term) *termPlaceholders {
+	var token any = ""
+	if t.Token != 0 {
+		token = t.Token
+	}
+	values := map[string]any{
+		phElection: t.Election,
+		phSelf:     t.Self,
+		phID:       t.Leader.ID,
+		phURL:      t.Leader.URL,
+		phToken:    token,
+	}
+	provider := func(isLeader bool) caddy.ReplacerFunc {
+		return func(key string) (any, bool) {
+			if key == phIsLeader {
+				return isLeader, true
+			}
+			v, ok := values[key]
+			return v, ok
+		}
+	}
+	return &termPlaceholders{term: t, admitted: provider(true), refused: provider(false)}
+}
+
+// placeholderCache remembers the providers of the newest Term one gate or matcher has seen.
+type placeholderCache struct {
+	last atomic.Pointer[termPlaceholders]
+}
+
+// set makes the leader placeholders of request repl answer for Term t and decision admitted.
+// When a request passes several gates or matchers, the first one's values are kept (Caddy's
+// replacer asks providers in order); for fencing that is safe, as an older term's token
+// is only ever lower.
+func (c *placeholderCache) set(repl *caddy.Replacer, t *elector.Term, admitted bool) {
+	p := c.last.Load()
+	if p == nil || p.term != t {
+		p = newTermPlaceholders(t)
+		c.last.Store(p)
+	}
+	if admitted {
+		repl.Map(p.admitted)
+	} else {
+		repl.Map(p.refused)
+	}
+}
