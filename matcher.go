@@ -1,6 +1,7 @@
 package caddyleader
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
@@ -39,7 +40,7 @@ func (m *Matcher) Provision(ctx caddy.Context) error {
 		m.Election = DefaultElection
 	}
 	if err := checkElectionName(m.Election); err != nil {
-		return err
+		return fmt.Errorf("leader matcher: election: %v", err)
 	}
 	app, err := appFrom(ctx, "leader matcher")
 	if err != nil {

@@ -44,7 +44,8 @@ const (
 // instance's lease; its create revision is the term's fencing token.
 //
 // The candidacy survives config reloads: a reload that keeps the same endpoints, prefix,
-// ttl, instance_id, advertise and dial_timeout neither resigns nor campaigns again. On
+// ttl, instance_id, advertise and dial_timeout neither resigns nor campaigns again (a new
+// drain_timeout applies at once). On
 // shutdown the instance stops admitting gated requests, lets admitted ones finish (up to
 // drain_timeout) and revokes its lease so that another instance takes over at once.
 type App struct {
@@ -107,7 +108,7 @@ type pooledCandidate struct{ *elector.Candidate }
 
 // Destruct implements caddy.Destructor: hand over and leave the fleet.
 func (p pooledCandidate) Destruct() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*DefaultDrainTimeout+p.TTL())
+	ctx, cancel := context.WithTimeout(context.Background(), p.HandoverTimeout())
 	defer cancel()
 	return p.Close(ctx)
 }
@@ -156,6 +157,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.candidate = val.(pooledCandidate).Candidate
 	a.candidate.SetLogger(a.logger)
+	a.candidate.SetDrainTimeout(time.Duration(a.DrainTimeout))
 	for _, name := range a.Elections {
 		a.election(name)
 	}
@@ -271,7 +273,7 @@ func (a *App) Stop() error {
 	if !caddy.Exiting() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(a.DrainTimeout)+time.Duration(a.TTL))
+	ctx, cancel := context.WithTimeout(context.Background(), a.candidate.HandoverTimeout())
 	defer cancel()
 	return a.candidate.Close(ctx)
 }

@@ -42,6 +42,7 @@ type Candidate struct {
 	cfg            Config
 	now            func() time.Time
 	requestTimeout time.Duration
+	drainTimeout   atomic.Int64 // a time.Duration; the newest config's
 	logger         atomic.Pointer[zap.Logger]
 	trouble        troubleLog
 
@@ -86,6 +87,7 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 		c.now = time.Now
 	}
 	c.SetLogger(cfg.Logger)
+	c.SetDrainTimeout(cfg.DrainTimeout)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -106,6 +108,16 @@ func (c *Candidate) SetLogger(l *zap.Logger) {
 }
 
 func (c *Candidate) log() *zap.Logger { return c.logger.Load() }
+
+// SetDrainTimeout changes how long a handover waits for admitted requests to finish; a
+// config reload may change it without starting a new candidacy.
+func (c *Candidate) SetDrainTimeout(d time.Duration) { c.drainTimeout.Store(int64(max(0, d))) }
+
+// HandoverTimeout is how long Close or a resign may take at most: the drain, then a
+// request to the store. Callers give their context at least this much.
+func (c *Candidate) HandoverTimeout() time.Duration {
+	return time.Duration(c.drainTimeout.Load()) + 2*c.requestTimeout
+}
 
 // Start begins keeping a lease; the elections started with Election.Start campaign as soon
 // as there is one. It returns at once and is idempotent.
@@ -190,6 +202,7 @@ func (c *Candidate) Close(ctx context.Context) error {
 			rctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 			err = c.cfg.Backend.Revoke(rctx, l.id)
 			cancel()
+			c.setLease(nil)
 		}
 		for _, e := range elections {
 			e.publishAlone("shut down")
@@ -197,7 +210,9 @@ func (c *Candidate) Close(ctx context.Context) error {
 		if cerr := c.cfg.Backend.Close(); err == nil {
 			err = cerr
 		}
-		c.log().Info("left all elections", zap.String("self", c.cfg.ID), zap.Error(err))
+		if l != nil {
+			c.log().Info("left all elections", zap.String("self", c.cfg.ID), zap.Error(err))
+		}
 	})
 	return err
 }
@@ -219,8 +234,19 @@ func (c *Candidate) waitLease(ctx context.Context) *lease {
 	}
 }
 
+// processLeases holds the leases of every candidate in this process. When a reload changes
+// how an instance campaigns (its ttl, say), the new candidacy starts while the old one still
+// holds the key under the same instance id; that is a handover, not a duplicate id.
+var processLeases sync.Map // LeaseID -> *Candidate
+
 func (c *Candidate) setLease(l *lease) {
 	c.mu.Lock()
+	if c.current != nil {
+		processLeases.Delete(c.current.id)
+	}
+	if l != nil {
+		processLeases.Store(l.id, c)
+	}
 	if c.current != nil && l == nil {
 		c.abandoned = c.current.id
 	}
@@ -230,11 +256,17 @@ func (c *Candidate) setLease(l *lease) {
 	c.mu.Unlock()
 }
 
-// ours reports whether id is this candidate's lease, current or just given up.
+// ours reports whether id is a lease of this process: this candidate's, current or just
+// given up, or another candidacy's of this process that is being replaced.
 func (c *Candidate) ours(id LeaseID) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return (c.current != nil && c.current.id == id) || c.abandoned == id
+	mine := (c.current != nil && c.current.id == id) || c.abandoned == id
+	c.mu.Unlock()
+	if mine {
+		return true
+	}
+	_, sibling := processLeases.Load(id)
+	return sibling
 }
 
 // LeaseRemaining is how long the current lease's deadline is ahead; zero without a lease.

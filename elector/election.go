@@ -162,7 +162,7 @@ func (e *Election) drain(ctx context.Context) {
 	if e.inflight.Load() <= 0 {
 		return
 	}
-	deadline := time.NewTimer(e.c.cfg.DrainTimeout)
+	deadline := time.NewTimer(time.Duration(e.c.drainTimeout.Load()))
 	defer deadline.Stop()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
@@ -182,7 +182,7 @@ func (e *Election) drain(ctx context.Context) {
 // stop hands leadership over for good and ends the campaign loop.
 func (e *Election) stop() {
 	e.stopOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.c.cfg.DrainTimeout+2*e.c.requestTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), e.c.HandoverTimeout())
 		defer cancel()
 		_ = e.handOver(ctx, forever)
 		e.mu.Lock()

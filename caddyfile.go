@@ -1,0 +1,249 @@
+package caddyleader
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	httpcaddyfile.RegisterGlobalOption("leader", parseGlobalOption)
+	httpcaddyfile.RegisterHandlerDirective("leader_gate", parseGate)
+	// Before basic_auth: a follower turns a request away before it costs a password hash,
+	// and the leader's own auth still runs on everything it admits.
+	httpcaddyfile.RegisterDirectiveOrder("leader_gate", httpcaddyfile.Before, "basic_auth")
+}
+
+// parseGlobalOption sets up the leader app from the global `leader` option:
+//
+//	leader {
+//		endpoints     <url|host:port>...
+//		prefix        <key prefix>
+//		ttl           <duration>
+//		instance_id   <id>
+//		advertise     <url>
+//		dial_timeout  <duration>
+//		drain_timeout <duration>
+//		elections     <name>...
+//	}
+//
+// endpoints and elections may be repeated and accumulate; endpoints is required.
+func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
+	if existing != nil {
+		return nil, d.Err("the leader global option may appear only once")
+	}
+	app := new(App)
+	if err := app.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	// Caught here as well as in Provision, so that `caddy adapt` already reports it.
+	if len(app.Endpoints) == 0 {
+		return nil, d.Err("leader: endpoints: at least one etcd endpoint is required")
+	}
+	return httpcaddyfile.App{Name: "leader", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// UnmarshalCaddyfile sets up the app from Caddyfile tokens; see parseGlobalOption for the
+// syntax.
+func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the option's name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch opt := d.Val(); opt {
+		case "endpoints":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Err("endpoints: at least one etcd endpoint is required")
+			}
+			a.Endpoints = append(a.Endpoints, args...)
+		case "elections":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			a.Elections = append(a.Elections, args...)
+		case "prefix":
+			if err := oneArg(d, &a.Prefix); err != nil {
+				return err
+			}
+		case "instance_id":
+			if err := oneArg(d, &a.InstanceID); err != nil {
+				return err
+			}
+		case "advertise":
+			if err := oneArg(d, &a.Advertise); err != nil {
+				return err
+			}
+		case "ttl":
+			if err := durationArg(d, &a.TTL); err != nil {
+				return err
+			}
+		case "dial_timeout":
+			if err := durationArg(d, &a.DialTimeout); err != nil {
+				return err
+			}
+		case "drain_timeout":
+			if err := durationArg(d, &a.DrainTimeout); err != nil {
+				return err
+			}
+		default:
+			return d.Errf("unrecognized leader option %q", opt)
+		}
+	}
+	return nil
+}
+
+// parseGate sets up the handler from the `leader_gate` directive; see Gate.UnmarshalCaddyfile.
+func parseGate(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	g := new(Gate)
+	if err := g.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	opt, ok := h.Option("leader").(httpcaddyfile.App)
+	if !ok {
+		return nil, h.Err("leader_gate needs the global leader option: add `leader { endpoints ... }` to the global options block")
+	}
+	if g.Follower == FollowerRedirect {
+		var app App
+		if err := json.Unmarshal(opt.Value, &app); err == nil && app.Advertise == "" {
+			return nil, h.Err("leader_gate: follower redirect needs `advertise <url>` in the global leader option, the URL the leader is reached at")
+		}
+	}
+	return g, nil
+}
+
+// UnmarshalCaddyfile sets up the gate from Caddyfile tokens:
+//
+//	leader_gate [<matcher>] [<election>] {
+//		election    <name>
+//		follower    reject [<status>] | redirect [307|308]
+//		retry_after <duration>
+//	}
+//
+// The election is named once, as the argument or in the block.
+func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive's name
+	if d.NextArg() {
+		g.Election = d.Val()
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+	}
+	for d.NextBlock(0) {
+		switch opt := d.Val(); opt {
+		case "election":
+			// Two names for one gate are a mistake whichever should win.
+			if g.Election != "" {
+				return d.Errf("election: already set to %q", g.Election)
+			}
+			if err := oneArg(d, &g.Election); err != nil {
+				return err
+			}
+		case "follower":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			g.Follower = d.Val()
+			g.StatusCode = 0 // a repeated follower line must not inherit the previous status
+			if g.Follower != FollowerReject && g.Follower != FollowerRedirect {
+				return d.Errf("follower: %q is not one of reject, redirect", g.Follower)
+			}
+			if d.NextArg() {
+				code, err := strconv.Atoi(d.Val())
+				if err != nil {
+					return d.Errf("follower %s: status %q is not a number", g.Follower, d.Val())
+				}
+				g.StatusCode = code
+				if err := checkFollower(g.Follower, code); err != nil {
+					return d.Errf("follower: %v", err)
+				}
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "retry_after":
+			if err := durationArg(d, &g.RetryAfter); err != nil {
+				return err
+			}
+		default:
+			return d.Errf("unrecognized leader_gate option %q", opt)
+		}
+	}
+	return nil
+}
+
+// UnmarshalCaddyfile sets up the matcher from Caddyfile tokens:
+//
+//	leader [<election>]
+func (m *Matcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	// A matcher repeated in one set arrives as several segments. One Matcher holds one
+	// election, so only repeats of the same election can be merged.
+	seen := false
+	for d.Next() {
+		election := ""
+		if d.NextArg() {
+			election = d.Val()
+		}
+		if seen && electionOrDefault(election) != electionOrDefault(m.Election) {
+			return d.Errf("leader: a matcher set can test one election, not both %q and %q", electionOrDefault(m.Election), electionOrDefault(election))
+		}
+		if !seen {
+			m.Election = election
+		}
+		seen = true
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		if d.NextBlock(0) {
+			return d.Err("the leader matcher takes no block")
+		}
+	}
+	return nil
+}
+
+func electionOrDefault(name string) string {
+	if name == "" {
+		return DefaultElection
+	}
+	return name
+}
+
+func oneArg(d *caddyfile.Dispenser, dst *string) error {
+	opt := d.Val()
+	if !d.NextArg() {
+		return d.Errf("%s: missing value", opt)
+	}
+	*dst = d.Val()
+	if d.NextArg() {
+		return d.Errf("%s: takes exactly one value", opt)
+	}
+	return nil
+}
+
+func durationArg(d *caddyfile.Dispenser, dst *caddy.Duration) error {
+	opt := d.Val()
+	var s string
+	if err := oneArg(d, &s); err != nil {
+		return err
+	}
+	dur, err := caddy.ParseDuration(s)
+	if err != nil {
+		return d.Errf("%s: %q is not a duration: %v", opt, s, err)
+	}
+	*dst = caddy.Duration(dur)
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddyfile.Unmarshaler = (*App)(nil)
+	_ caddyfile.Unmarshaler = (*Gate)(nil)
+	_ caddyfile.Unmarshaler = (*Matcher)(nil)
+)

@@ -1,0 +1,478 @@
+package caddyleader
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddytest"
+)
+
+// goldenAdaptDir holds the golden adapt tests: a Caddyfile, a line `----------`, and the
+// JSON that `caddy adapt --pretty` prints for it.
+const goldenAdaptDir = "testdata/caddyfile_adapt"
+
+// setAdaptEnv sets the environment variables that the golden Caddyfiles and
+// Caddyfile.example read with {$VAR}; the Caddyfile lexer expands them before parsing.
+func setAdaptEnv(t *testing.T) {
+	t.Helper()
+	t.Setenv("ETCD_ENDPOINTS", "10.0.0.11:2379 10.0.0.12:2379 10.0.0.13:2379")
+	t.Setenv("HOSTNAME", "node-a")
+	t.Setenv("ADVERTISE_URL", "http://10.0.0.5:8080")
+}
+
+// readGolden splits a golden file into its Caddyfile and its expected JSON.
+func readGolden(t *testing.T, path string) (caddyfileText, expectedJSON string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(data), "\r\n", "\n")
+	cf, js, ok := strings.Cut(text, "\n----------\n")
+	if !ok {
+		t.Fatalf("%s: no line `----------` between the Caddyfile and the JSON", path)
+	}
+	return strings.TrimSpace(cf) + "\n", strings.TrimSpace(js)
+}
+
+func adaptCaddyfile(t *testing.T, text string) ([]byte, []caddyconfig.Warning, error) {
+	t.Helper()
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	if adapter == nil {
+		t.Fatal("the caddyfile adapter is not registered")
+	}
+	return adapter.Adapt([]byte(text), nil)
+}
+
+func TestCaddyfileAdapt(t *testing.T) {
+	setAdaptEnv(t)
+	var files []string
+	err := filepath.WalkDir(goldenAdaptDir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".caddyfiletest") {
+			files = append(files, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no golden files in %s", goldenAdaptDir)
+	}
+	for _, path := range files {
+		name := strings.TrimSuffix(filepath.ToSlash(strings.TrimPrefix(path, goldenAdaptDir+string(filepath.Separator))), ".caddyfiletest")
+		t.Run(name, func(t *testing.T) {
+			cf, expected := readGolden(t, path)
+			if !caddytest.CompareAdapt(t, path, cf, "caddyfile", expected) {
+				t.Errorf("%s: the adapted JSON differs from the expected JSON (diff on stdout)", path)
+			}
+		})
+	}
+}
+
+// TestCaddyfileExample proves that the example users copy adapts, is formatted, and is
+// the one pinned by the golden file caddyfile_example.caddyfiletest.
+func TestCaddyfileExample(t *testing.T) {
+	setAdaptEnv(t)
+	data, err := os.ReadFile("Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := strings.ReplaceAll(string(data), "\r\n", "\n")
+	if _, _, err := adaptCaddyfile(t, example); err != nil {
+		t.Fatalf("Caddyfile.example does not adapt: %v", err)
+	}
+	if w, different := caddyfile.FormattingDifference("Caddyfile.example", []byte(example)); different {
+		t.Errorf("Caddyfile.example:%d: not formatted: run `caddy fmt --overwrite Caddyfile.example`", w.Line)
+	}
+	golden, _ := readGolden(t, filepath.Join(goldenAdaptDir, "caddyfile_example.caddyfiletest"))
+	if golden != strings.TrimSpace(example)+"\n" {
+		t.Errorf("caddyfile_example.caddyfiletest does not hold Caddyfile.example: copy it over and regenerate the JSON")
+	}
+}
+
+func TestCaddyfileAdaptErrors(t *testing.T) {
+	const global = "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t}\n}\n"
+	tests := []struct {
+		name      string
+		caddyfile string
+		wantErr   []string // substrings of the error, in any order
+	}{
+		{
+			name:      "global/unknown_subdirective",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\tlease 10s\n\t}\n}\n",
+			wantErr:   []string{`unrecognized leader option "lease"`, "Caddyfile:4"},
+		},
+		{
+			name:      "global/argument_after_name",
+			caddyfile: "{\n\tleader 127.0.0.1:2379\n}\n",
+			wantErr:   []string{"wrong argument count", "127.0.0.1:2379"},
+		},
+		{
+			name:      "global/endpoints_without_value",
+			caddyfile: "{\n\tleader {\n\t\tendpoints\n\t}\n}\n",
+			wantErr:   []string{"endpoints", "at least one etcd endpoint"},
+		},
+		{
+			name:      "global/endpoints_missing",
+			caddyfile: "{\n\tleader {\n\t\tttl 10s\n\t}\n}\n",
+			wantErr:   []string{"endpoints", "at least one etcd endpoint"},
+		},
+		{
+			name:      "global/endpoints_from_unset_env",
+			caddyfile: "{\n\tleader {\n\t\tendpoints {$CADDY_LEADER_TEST_UNSET}\n\t}\n}\n",
+			wantErr:   []string{"endpoints", "at least one etcd endpoint"},
+		},
+		{
+			name:      "global/ttl_not_a_duration",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\tttl ten\n\t}\n}\n",
+			wantErr:   []string{"ttl", `"ten" is not a duration`},
+		},
+		{
+			name:      "global/prefix_two_values",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\tprefix /a/ /b/\n\t}\n}\n",
+			wantErr:   []string{"prefix", "exactly one value"},
+		},
+		{
+			name:      "global/elections_without_value",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\telections\n\t}\n}\n",
+			wantErr:   []string{"wrong argument count", "elections"},
+		},
+		{
+			name:      "global/given_twice",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t}\n\tleader {\n\t\tendpoints 127.0.0.1:22379\n\t}\n}\n",
+			wantErr:   []string{"leader global option", "only once"},
+		},
+		{
+			name:      "gate/unknown_subdirective",
+			caddyfile: global + ":8080 {\n\tleader_gate {\n\t\tmode reject\n\t}\n}\n",
+			wantErr:   []string{`unrecognized leader_gate option "mode"`},
+		},
+		{
+			name:      "gate/without_global_option",
+			caddyfile: ":8080 {\n\tleader_gate\n}\n",
+			wantErr:   []string{"leader_gate needs the global leader option"},
+		},
+		{
+			name:      "gate/follower_without_mode",
+			caddyfile: global + ":8080 {\n\tleader_gate {\n\t\tfollower\n\t}\n}\n",
+			wantErr:   []string{"wrong argument count", "follower"},
+		},
+		{
+			name:      "gate/follower_unknown_mode",
+			caddyfile: global + ":8080 {\n\tleader_gate {\n\t\tfollower drop\n\t}\n}\n",
+			wantErr:   []string{"follower", `"drop" is not one of reject, redirect`},
+		},
+		{
+			name:      "gate/reject_200",
+			caddyfile: global + ":8080 {\n\tleader_gate {\n\t\tfollower reject 200\n\t}\n}\n",
+			wantErr:   []string{"status_code: 200", "4xx or 5xx"},
+		},
+		{
+			name:      "gate/reject_status_not_a_number",
+			caddyfile: global + ":8080 {\n\tleader_gate {\n\t\tfollower reject soon\n\t}\n}\n",
+			wantErr:   []string{"follower reject", `"soon" is not a number`},
+		},
+		{
+			name:      "gate/redirect_302",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\tadvertise http://10.0.0.5:8080\n\t}\n}\n:8080 {\n\tleader_gate {\n\t\tfollower redirect 302\n\t}\n}\n",
+			wantErr:   []string{"status_code: 302", "307 or 308"},
+		},
+		{
+			name:      "gate/follower_extra_argument",
+			caddyfile: global + ":8080 {\n\tleader_gate {\n\t\tfollower reject 503 now\n\t}\n}\n",
+			wantErr:   []string{"wrong argument count", "now"},
+		},
+		{
+			name:      "gate/redirect_without_advertise",
+			caddyfile: global + ":8080 {\n\tleader_gate {\n\t\tfollower redirect\n\t}\n}\n",
+			wantErr:   []string{"follower redirect needs `advertise <url>`"},
+		},
+		{
+			name:      "gate/election_too_many_arguments",
+			caddyfile: global + ":8080 {\n\tleader_gate main billing\n}\n",
+			wantErr:   []string{"wrong argument count", "billing"},
+		},
+		{
+			name:      "gate/election_subdirective_too_many_arguments",
+			caddyfile: global + ":8080 {\n\tleader_gate {\n\t\telection main billing\n\t}\n}\n",
+			wantErr:   []string{"election", "exactly one value"},
+		},
+		{
+			name:      "gate/election_twice",
+			caddyfile: global + ":8080 {\n\tleader_gate main {\n\t\telection billing\n\t}\n}\n",
+			wantErr:   []string{"election", `already set to "main"`},
+		},
+		{
+			name:      "gate/retry_after_not_a_duration",
+			caddyfile: global + ":8080 {\n\tleader_gate {\n\t\tretry_after soon\n\t}\n}\n",
+			wantErr:   []string{"retry_after", `"soon" is not a duration`},
+		},
+		{
+			name:      "matcher/extra_arguments",
+			caddyfile: global + ":8080 {\n\t@l leader main extra\n\trespond @l 200\n}\n",
+			wantErr:   []string{"wrong argument count", "extra"},
+		},
+		{
+			name:      "matcher/extra_arguments_under_not",
+			caddyfile: global + ":8080 {\n\t@f not leader main extra\n\trespond @f 503\n}\n",
+			wantErr:   []string{"wrong argument count", "extra"},
+		},
+		{
+			name:      "matcher/block",
+			caddyfile: global + ":8080 {\n\t@l leader {\n\t\telection main\n\t}\n\trespond @l 200\n}\n",
+			wantErr:   []string{"the leader matcher takes no block"},
+		},
+		{
+			name:      "matcher/two_elections_in_one_set",
+			caddyfile: global + ":8080 {\n\t@l {\n\t\tleader main\n\t\tleader billing\n\t}\n\trespond @l 200\n}\n",
+			wantErr:   []string{"one election", `"main"`, `"billing"`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := adaptCaddyfile(t, tt.caddyfile)
+			if err == nil {
+				t.Fatalf("adapted without error; want an error mentioning %q", tt.wantErr)
+			}
+			for _, want := range tt.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestUnmarshalCaddyfileDispenser(t *testing.T) {
+	newApp := func() caddyfile.Unmarshaler { return new(App) }
+	newGate := func() caddyfile.Unmarshaler { return new(Gate) }
+	newMatcher := func() caddyfile.Unmarshaler { return new(Matcher) }
+	tests := []struct {
+		name    string
+		newMod  func() caddyfile.Unmarshaler
+		input   string
+		want    caddyfile.Unmarshaler // when wantErr is empty
+		wantErr string
+	}{
+		{
+			name:   "app/every_option",
+			newMod: newApp,
+			input: `leader {
+				endpoints 10.0.0.11:2379 https://etcd-2.internal:2379
+				endpoints 10.0.0.13:2379
+				prefix /fleet-a/
+				ttl 15s
+				instance_id node-a
+				advertise http://10.0.0.5:8080
+				dial_timeout 3s
+				drain_timeout 1m
+				elections main
+				elections billing cron
+			}`,
+			want: &App{
+				Endpoints:    []string{"10.0.0.11:2379", "https://etcd-2.internal:2379", "10.0.0.13:2379"},
+				Prefix:       "/fleet-a/",
+				TTL:          caddy.Duration(15 * time.Second),
+				InstanceID:   "node-a",
+				Advertise:    "http://10.0.0.5:8080",
+				DialTimeout:  caddy.Duration(3 * time.Second),
+				DrainTimeout: caddy.Duration(time.Minute),
+				Elections:    []string{"main", "billing", "cron"},
+			},
+		},
+		{
+			name:   "app/duration_in_days",
+			newMod: newApp,
+			input:  "leader {\n\tdrain_timeout 1d\n}",
+			want:   &App{DrainTimeout: caddy.Duration(24 * time.Hour)},
+		},
+		{name: "app/argument_after_name", newMod: newApp, input: "leader x {\n}", wantErr: "wrong argument count"},
+		{name: "app/unknown_option", newMod: newApp, input: "leader {\n\tlease 10s\n}", wantErr: `unrecognized leader option "lease"`},
+		{name: "app/endpoints_without_value", newMod: newApp, input: "leader {\n\tendpoints\n}", wantErr: "endpoints: at least one"},
+		{name: "app/elections_without_value", newMod: newApp, input: "leader {\n\telections\n}", wantErr: "wrong argument count"},
+		{name: "app/prefix_without_value", newMod: newApp, input: "leader {\n\tprefix\n}", wantErr: "prefix: missing value"},
+		{name: "app/instance_id_two_values", newMod: newApp, input: "leader {\n\tinstance_id a b\n}", wantErr: "instance_id: takes exactly one value"},
+		{name: "app/ttl_not_a_duration", newMod: newApp, input: "leader {\n\tttl 10\n}", wantErr: `ttl: "10" is not a duration`},
+		{name: "app/dial_timeout_without_value", newMod: newApp, input: "leader {\n\tdial_timeout\n}", wantErr: "dial_timeout: missing value"},
+
+		{name: "gate/bare", newMod: newGate, input: "leader_gate", want: &Gate{}},
+		{name: "gate/election_argument", newMod: newGate, input: "leader_gate billing", want: &Gate{Election: "billing"}},
+		{
+			name:   "gate/every_subdirective",
+			newMod: newGate,
+			input: `leader_gate {
+				election billing
+				follower reject 421
+				retry_after 5s
+			}`,
+			want: &Gate{Election: "billing", Follower: FollowerReject, StatusCode: 421, RetryAfter: caddy.Duration(5 * time.Second)},
+		},
+		{name: "gate/redirect_308", newMod: newGate, input: "leader_gate {\n\tfollower redirect 308\n}", want: &Gate{Follower: FollowerRedirect, StatusCode: 308}},
+		{
+			name:   "gate/repeated_follower_forgets_status",
+			newMod: newGate,
+			input:  "leader_gate {\n\tfollower reject 421\n\tfollower redirect\n}",
+			want:   &Gate{Follower: FollowerRedirect},
+		},
+		{name: "gate/too_many_arguments", newMod: newGate, input: "leader_gate main billing", wantErr: "wrong argument count"},
+		{name: "gate/election_twice", newMod: newGate, input: "leader_gate main {\n\telection billing\n}", wantErr: `election: already set to "main"`},
+		{name: "gate/election_without_value", newMod: newGate, input: "leader_gate {\n\telection\n}", wantErr: "election: missing value"},
+		{name: "gate/follower_without_mode", newMod: newGate, input: "leader_gate {\n\tfollower\n}", wantErr: "wrong argument count"},
+		{name: "gate/follower_unknown_mode", newMod: newGate, input: "leader_gate {\n\tfollower drop\n}", wantErr: `follower: "drop" is not one of reject, redirect`},
+		{name: "gate/follower_reject_200", newMod: newGate, input: "leader_gate {\n\tfollower reject 200\n}", wantErr: "status_code: 200 is not a 4xx or 5xx"},
+		{name: "gate/follower_reject_600", newMod: newGate, input: "leader_gate {\n\tfollower reject 600\n}", wantErr: "status_code: 600"},
+		{name: "gate/follower_redirect_302", newMod: newGate, input: "leader_gate {\n\tfollower redirect 302\n}", wantErr: "status_code: 302 is not 307 or 308"},
+		{name: "gate/follower_extra_argument", newMod: newGate, input: "leader_gate {\n\tfollower reject 503 now\n}", wantErr: "wrong argument count"},
+		{name: "gate/retry_after_not_a_duration", newMod: newGate, input: "leader_gate {\n\tretry_after x\n}", wantErr: `retry_after: "x" is not a duration`},
+		{name: "gate/unknown_subdirective", newMod: newGate, input: "leader_gate {\n\tmode reject\n}", wantErr: `unrecognized leader_gate option "mode"`},
+
+		{name: "matcher/bare", newMod: newMatcher, input: "leader", want: &Matcher{}},
+		{name: "matcher/election", newMod: newMatcher, input: "leader main", want: &Matcher{Election: "main"}},
+		{name: "matcher/repeated_same_election", newMod: newMatcher, input: "leader main\nleader main", want: &Matcher{Election: "main"}},
+		{name: "matcher/repeated_default_spelled_out", newMod: newMatcher, input: "leader\nleader default", want: &Matcher{}},
+		{name: "matcher/two_elections", newMod: newMatcher, input: "leader main\nleader billing", wantErr: `not both "main" and "billing"`},
+		{name: "matcher/extra_argument", newMod: newMatcher, input: "leader main extra", wantErr: "wrong argument count"},
+		{name: "matcher/block", newMod: newMatcher, input: "leader {\n\telection main\n}", wantErr: "takes no block"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.newMod()
+			err := got.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.input))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("got error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// newProvisionContext is a Caddy context with no config: enough for Provision, which
+// never dials etcd (the backend connects on first use).
+func newProvisionContext(t *testing.T) caddy.Context {
+	t.Helper()
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestAppProvisionErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		app     App
+		wantErr string
+	}{
+		{name: "no_endpoints", app: App{}, wantErr: "endpoints: at least one etcd endpoint is required"},
+		{name: "endpoint_ftp_scheme", app: App{Endpoints: []string{"ftp://x:1"}}, wantErr: `endpoints: endpoint "ftp://x:1": scheme must be http or https`},
+		{name: "endpoint_without_port", app: App{Endpoints: []string{"nohostport"}}, wantErr: `endpoints: endpoint "nohostport" is neither a URL nor host:port`},
+		{name: "second_endpoint_bad", app: App{Endpoints: []string{"127.0.0.1:2379", "ftp://x:1"}}, wantErr: `endpoints: endpoint "ftp://x:1"`},
+		{name: "ttl_below_minimum", app: App{Endpoints: []string{"127.0.0.1:2379"}, TTL: caddy.Duration(500 * time.Millisecond)}, wantErr: "ttl: 500ms is below the minimum of 1s"},
+		{name: "ttl_not_whole_seconds", app: App{Endpoints: []string{"127.0.0.1:2379"}, TTL: caddy.Duration(1500 * time.Millisecond)}, wantErr: "ttl: 1.5s is not a whole number of seconds"},
+		{name: "ttl_above_maximum", app: App{Endpoints: []string{"127.0.0.1:2379"}, TTL: caddy.Duration(2 * time.Hour)}, wantErr: "ttl: 2h0m0s is above the maximum of 1h0m0s"},
+		{name: "advertise_not_a_url", app: App{Endpoints: []string{"127.0.0.1:2379"}, Advertise: "not a url"}, wantErr: `advertise: "not a url" is not an http:// or https:// URL`},
+		{name: "instance_id_with_space", app: App{Endpoints: []string{"127.0.0.1:2379"}, InstanceID: "node a"}, wantErr: `instance_id: "node a" contains white space`},
+		{name: "dial_timeout_negative", app: App{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: caddy.Duration(-time.Second)}, wantErr: "dial_timeout: -1s is negative"},
+		{name: "drain_timeout_negative", app: App{Endpoints: []string{"127.0.0.1:2379"}, DrainTimeout: caddy.Duration(-time.Second)}, wantErr: "drain_timeout: -1s is negative"},
+		{name: "election_name_with_space", app: App{Endpoints: []string{"127.0.0.1:2379"}, Elections: []string{"a b"}}, wantErr: `elections: election name "a b"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := tt.app
+			err := app.Provision(newProvisionContext(t))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got error %v, want one containing %q", err, tt.wantErr)
+			}
+			if err := app.Cleanup(); err != nil {
+				t.Errorf("Cleanup after failed Provision: %v", err)
+			}
+		})
+	}
+}
+
+// TestAppProvisionWithoutEtcd is the control for TestAppProvisionErrors: a good app
+// provisions with no etcd listening, so those errors come from the fields alone.
+func TestAppProvisionWithoutEtcd(t *testing.T) {
+	app := App{
+		Endpoints:  []string{"127.0.0.1:1", "http://127.0.0.1:2"},
+		InstanceID: "caddyfile-test-node",
+		Advertise:  "http://10.0.0.5:8080",
+	}
+	if err := app.Provision(newProvisionContext(t)); err != nil {
+		t.Fatalf("Provision: %v", err)
+	}
+	if app.Prefix != DefaultPrefix || time.Duration(app.TTL) != DefaultTTL ||
+		time.Duration(app.DialTimeout) != DefaultDialTimeout || time.Duration(app.DrainTimeout) != DefaultDrainTimeout {
+		t.Errorf("defaults not filled in: prefix %q, ttl %s, dial_timeout %s, drain_timeout %s",
+			app.Prefix, time.Duration(app.TTL), time.Duration(app.DialTimeout), time.Duration(app.DrainTimeout))
+	}
+	if err := app.Cleanup(); err != nil {
+		t.Errorf("Cleanup: %v", err)
+	}
+}
+
+func TestGateProvisionErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		gate    Gate
+		wantErr string
+	}{
+		{name: "reject_200", gate: Gate{Follower: FollowerReject, StatusCode: 200}, wantErr: "status_code: 200"},
+		{name: "redirect_302", gate: Gate{Follower: FollowerRedirect, StatusCode: 302}, wantErr: "status_code: 302"},
+		{name: "unknown_follower", gate: Gate{Follower: "drop"}, wantErr: `follower: "drop"`},
+		{name: "election_with_space", gate: Gate{Election: "a b"}, wantErr: "election:"},
+		{name: "retry_after_negative", gate: Gate{RetryAfter: caddy.Duration(-time.Second)}, wantErr: "retry_after: -1s is negative"},
+		{name: "without_leader_app", gate: Gate{}, wantErr: "needs the leader app"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := tt.gate
+			err := g.Provision(newProvisionContext(t))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got error %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+	t.Run("check_names_status_code", func(t *testing.T) {
+		g := Gate{Election: DefaultElection, Follower: FollowerReject, StatusCode: 200}
+		if err := g.check(); err == nil || !strings.Contains(err.Error(), "status_code") {
+			t.Errorf("got error %v, want one naming status_code", err)
+		}
+	})
+}
+
+func TestMatcherProvisionErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		matcher Matcher
+		wantErr string
+	}{
+		{name: "election_with_space", matcher: Matcher{Election: "a b"}, wantErr: `election name "a b"`},
+		{name: "without_leader_app", matcher: Matcher{}, wantErr: "needs the leader app"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := tt.matcher
+			err := m.Provision(newProvisionContext(t))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got error %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
