@@ -6,6 +6,7 @@ package caddyleader
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -296,8 +297,11 @@ func (a *App) Cleanup() error {
 // appFrom finds the leader app of the config being provisioned, for a handler or matcher.
 func appFrom(ctx caddy.Context, module string) (*App, error) {
 	v, err := ctx.AppIfConfigured("leader")
-	if err != nil {
-		return nil, fmt.Errorf("%s: needs the leader app, which is not configured: add the global `leader { endpoints ... }` option (Caddyfile) or apps.leader (JSON): %v", module, err)
+	switch {
+	case errors.Is(err, caddy.ErrNotConfigured):
+		return nil, fmt.Errorf("%s: needs the leader app, which is not configured: add the global `leader { endpoints ... }` option (Caddyfile) or apps.leader (JSON)", module)
+	case err != nil:
+		return nil, fmt.Errorf("%s: the leader app failed to load: %v", module, err)
 	}
 	return v.(*App), nil
 }
