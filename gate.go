@@ -1,15 +1,19 @@
 package caddyleader
 
 import (
-	"errors"
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/caddyleader/caddy-leader/elector"
 )
@@ -18,24 +22,45 @@ import (
 const (
 	FollowerReject   = "reject"
 	FollowerRedirect = "redirect"
+	FollowerForward  = "forward"
 )
 
-// DefaultRetryAfter is the Retry-After a follower sends with a rejection.
-const DefaultRetryAfter = time.Second
+// Defaults of the gate.
+const (
+	DefaultRetryAfter = time.Second
+	// DefaultHold covers a graceful handover (tens of milliseconds) many times over, yet
+	// is short enough that requests arriving while a crashed leader's lease runs out
+	// (up to a ttl) fail fast with Retry-After instead of piling up.
+	DefaultHold = 2 * time.Second
+)
+
+// ForwardedByHeader marks a request that one instance forwarded to the leader; it names the
+// forwarding instance. An instance that receives it without leading answers 503 instead of
+// forwarding again, so a request travels one hop at most. The gate removes it before the
+// request goes on to the application.
+const ForwardedByHeader = "Caddy-Leader-Forwarded-By"
 
 // Gate is the `leader_gate` handler: it lets a request through only while this instance
-// leads the election, and otherwise rejects it or redirects it to the leader.
+// leads the election, and otherwise rejects it, redirects it to the leader, or forwards it
+// to the leader.
 //
 // "Leads" is decided afresh for every request: this instance must hold the election key and
 // its lease deadline (measured on the local clocks from before its last successful renewal)
 // must still be ahead. A process that wakes up from a pause longer than its lease therefore
 // rejects the very first request it sees. Admitted requests are counted, and a leader that
-// hands over (shutdown, resign, reload without the election) waits for them to finish
-// before releasing the key.
+// hands over (shutdown, resign, reload without the election) announces it, waits for them
+// to finish, and only then releases the key.
+//
+// While no leader is known, or the leader is handing over, a gated request on a follower
+// waits up to Hold for the next leader, and is then served (if this instance won),
+// forwarded, redirected or rejected.
 //
 // A rejection sets Retry-After and returns an HTTP error, so `handle_errors` can shape the
-// response. A redirect sends the original request URI to the leader's advertise URL, with
-// 503 and Retry-After when no leader (other than a handing-over self) is known.
+// response. A redirect sends the original request URI to the leader's advertise URL. A
+// forward proxies the request to the leader with Caddy's reverse_proxy (streamed bodies,
+// upgrades such as websockets, trailers, X-Forwarded-* headers); it is retried within Hold
+// only when that cannot send it twice (the connection failed, or the method is GET). When
+// no leader is known after Hold, redirect and forward answer 503 with Retry-After.
 //
 // The gate sets these placeholders (the matcher sets them too):
 //
@@ -54,24 +79,37 @@ type Gate struct {
 
 	// Follower is what an instance that does not lead does with a gated request:
 	// `reject` answers with StatusCode and Retry-After; `redirect` sends the client to
-	// the leader's advertise URL (which needs `advertise` in the leader app). Default:
-	// `reject`.
+	// the leader's advertise URL; `forward` proxies the request to the leader. Redirect
+	// and forward need `advertise` in the leader app. Default: `reject`.
 	Follower string `json:"follower,omitempty"`
 
 	// StatusCode is the response status on a follower: for `reject` a 4xx or 5xx code
 	// (default 503), for `redirect` 307 or 308, the codes that keep the method and body
-	// (default 307).
+	// (default 307). Not used by `forward`.
 	StatusCode int `json:"status_code,omitempty"`
 
 	// RetryAfter is the value of the Retry-After header sent with rejections, rounded up
 	// to whole seconds. Default: 1s.
 	RetryAfter caddy.Duration `json:"retry_after,omitempty"`
 
+	// Hold is how long a gated request on a follower waits for a leader while none is
+	// known or the leader is handing over, before the follower action applies; 0 does
+	// not wait. The wait ends early when the client goes away. Default: 2s.
+	Hold *caddy.Duration `json:"hold,omitempty"`
+
+	// TransportRaw configures how `forward` reaches the leader, exactly like
+	// reverse_proxy's transport. Default: HTTP, with TLS when this instance's advertise
+	// URL is https (the fleet is expected to advertise one scheme).
+	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
+
 	election     *elector.Election
 	placeholders *placeholderCache
+	hold         time.Duration
 	retryAfter   string
+	forwarder    *reverseproxy.Handler
 	errNotLeader error
 	errNoLeader  error
+	errForwarded error
 }
 
 // CaddyModule returns the Caddy module information.
@@ -92,21 +130,14 @@ func (g *Gate) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	if g.Follower == FollowerRedirect && app.Advertise == "" {
-		return errors.New("leader_gate: follower redirect needs the leader app's advertise URL: set `advertise` in the global leader option")
+	if g.Follower != FollowerReject && app.Advertise == "" {
+		return fmt.Errorf("leader_gate: follower %s needs the leader app's advertise URL: set `advertise` in the global leader option", g.Follower)
 	}
 	g.bind(app.election(g.Election))
+	if g.Follower == FollowerForward {
+		return g.provisionForwarder(ctx, app)
+	}
 	return nil
-}
-
-// bind connects the checked gate to its election and prepares what requests reuse.
-func (g *Gate) bind(e *elector.Election) {
-	g.election = e
-	g.placeholders = new(placeholderCache)
-	secs := (time.Duration(g.RetryAfter) + time.Second - 1) / time.Second
-	g.retryAfter = strconv.FormatInt(int64(secs), 10)
-	g.errNotLeader = fmt.Errorf("this instance does not lead election %q", g.Election)
-	g.errNoLeader = fmt.Errorf("no leader of election %q is known", g.Election)
 }
 
 func (g *Gate) setDefaults() {
@@ -117,13 +148,19 @@ func (g *Gate) setDefaults() {
 		g.Follower = FollowerReject
 	}
 	if g.StatusCode == 0 {
-		g.StatusCode = http.StatusServiceUnavailable
-		if g.Follower == FollowerRedirect {
+		switch g.Follower {
+		case FollowerRedirect:
 			g.StatusCode = http.StatusTemporaryRedirect
+		default:
+			g.StatusCode = http.StatusServiceUnavailable
 		}
 	}
 	if g.RetryAfter == 0 {
 		g.RetryAfter = caddy.Duration(DefaultRetryAfter)
+	}
+	if g.Hold == nil {
+		hold := caddy.Duration(DefaultHold)
+		g.Hold = &hold
 	}
 }
 
@@ -137,6 +174,12 @@ func (g *Gate) check() error {
 	}
 	if g.RetryAfter < 0 {
 		return fmt.Errorf("leader_gate: retry_after: %s is negative", time.Duration(g.RetryAfter))
+	}
+	if *g.Hold < 0 {
+		return fmt.Errorf("leader_gate: hold: %s is negative", time.Duration(*g.Hold))
+	}
+	if g.TransportRaw != nil && g.Follower != FollowerForward {
+		return fmt.Errorf("leader_gate: transport: only `follower forward` uses a transport, not %q", g.Follower)
 	}
 	return nil
 }
@@ -152,31 +195,118 @@ func checkFollower(follower string, status int) error {
 		if status != http.StatusTemporaryRedirect && status != http.StatusPermanentRedirect {
 			return fmt.Errorf("status_code: %d is not 307 or 308; `follower redirect` needs a status that keeps the method and body", status)
 		}
+	case FollowerForward:
+		if status != 0 && status != http.StatusServiceUnavailable {
+			return fmt.Errorf("status_code: `follower forward` takes no status (it answers 503 only when no leader is known)")
+		}
 	default:
-		return fmt.Errorf("follower: %q is not one of reject, redirect", follower)
+		return fmt.Errorf("follower: %q is not one of reject, redirect, forward", follower)
 	}
 	return nil
 }
 
+// bind connects the checked gate to its election and prepares what requests reuse.
+func (g *Gate) bind(e *elector.Election) {
+	g.election = e
+	g.placeholders = new(placeholderCache)
+	g.hold = time.Duration(*g.Hold)
+	secs := (time.Duration(g.RetryAfter) + time.Second - 1) / time.Second
+	g.retryAfter = strconv.FormatInt(int64(secs), 10)
+	g.errNotLeader = fmt.Errorf("this instance does not lead election %q", g.Election)
+	g.errNoLeader = fmt.Errorf("no leader of election %q is known", g.Election)
+	g.errForwarded = fmt.Errorf("a request forwarded as to the leader of election %q reached an instance that does not lead it", g.Election)
+}
+
+// provisionForwarder sets up the reverse proxy that `forward` hands requests to.
+func (g *Gate) provisionForwarder(ctx caddy.Context, app *App) error {
+	transport := g.TransportRaw
+	if transport == nil && strings.HasPrefix(app.Advertise, "https://") {
+		transport = json.RawMessage(`{"protocol":"http","tls":{}}`)
+	}
+	rp := &reverseproxy.Handler{
+		TransportRaw:     transport,
+		DynamicUpstreams: newLeaderUpstreams(g.Election, g.election, app.InstanceID),
+		LoadBalancing: &reverseproxy.LoadBalancing{
+			// Caddy retries only what cannot be sent twice: failed connections, and
+			// GET requests; a new leader is picked on every try.
+			TryDuration: caddy.Duration(max(g.hold, 100*time.Millisecond)),
+			TryInterval: caddy.Duration(50 * time.Millisecond),
+		},
+		Headers: &headers.Handler{Request: &headers.HeaderOps{
+			Set: http.Header{ForwardedByHeader: []string{app.InstanceID}},
+		}},
+	}
+	if err := rp.Provision(ctx); err != nil {
+		return fmt.Errorf("leader_gate: setting up forwarding: %v", err)
+	}
+	g.forwarder = rp
+	return nil
+}
+
+// Cleanup implements caddy.CleanerUpper.
+func (g *Gate) Cleanup() error {
+	if g.forwarder != nil {
+		return g.forwarder.Cleanup()
+	}
+	return nil
+}
+
+// forwardedByKey is ForwardedByHeader in canonical form, for direct map access.
+var forwardedByKey = http.CanonicalHeaderKey(ForwardedByHeader)
+
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	t, admitted := g.election.Enter()
+	forwarded := len(r.Header[forwardedByKey]) > 0
+	var t *elector.Term
+	var admitted bool
+	if forwarded {
+		// Only peers may route here as to the leader; the application never sees the
+		// mark, and a client that sets it can only deny itself forwarding.
+		delete(r.Header, forwardedByKey)
+		t, admitted = g.election.EnterForwarded()
+	} else {
+		t, admitted = g.election.Enter()
+	}
+	if !admitted && !forwarded && g.hold > 0 && !t.Settled(time.Now()) {
+		t, admitted = g.holdForLeader(r.Context())
+	}
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	g.placeholders.set(repl, t, admitted)
 	if admitted {
 		defer g.election.Exit()
 		return next.ServeHTTP(w, r)
 	}
-	if g.Follower == FollowerRedirect && t.Leader.URL != "" && !t.Holds() {
+	if forwarded {
+		w.Header().Set(NotLeaderHeader, g.Election)
+		return g.reject(w, http.StatusServiceUnavailable, g.errForwarded)
+	}
+	leaderElsewhere := !t.Holds() && t.Settled(time.Now()) && t.Leader.URL != ""
+	switch {
+	case g.Follower == FollowerReject:
+		return g.reject(w, g.StatusCode, g.errNotLeader)
+	case !leaderElsewhere:
+		return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+	case g.Follower == FollowerRedirect:
 		w.Header().Set("Location", strings.TrimSuffix(t.Leader.URL, "/")+originalURI(r))
 		w.WriteHeader(g.StatusCode)
 		return nil
+	default:
+		return g.forward(w, r, next)
 	}
+}
+
+// holdForLeader waits (up to Hold, or until the client leaves) for a settled term, then
+// tries to enter again: this instance may be the new leader.
+func (g *Gate) holdForLeader(ctx context.Context) (*elector.Term, bool) {
+	ctx, cancel := context.WithTimeout(ctx, g.hold)
+	defer cancel()
+	g.election.WaitSettled(ctx)
+	return g.election.Enter()
+}
+
+func (g *Gate) reject(w http.ResponseWriter, status int, err error) error {
 	w.Header().Set("Retry-After", g.retryAfter)
-	if g.Follower == FollowerRedirect {
-		return caddyhttp.Error(http.StatusServiceUnavailable, g.errNoLeader)
-	}
-	return caddyhttp.Error(g.StatusCode, g.errNotLeader)
+	return caddyhttp.Error(status, err)
 }
 
 // originalURI is the request URI as the client sent it, before any rewrite: the leader
@@ -188,8 +318,25 @@ func originalURI(r *http.Request) string {
 	return r.RequestURI
 }
 
+// leaderDial is the host:port a leader's advertise URL is reached at.
+func leaderDial(advertise string) (string, error) {
+	u, err := url.Parse(advertise)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("leader advertise URL %q has no host", advertise)
+	}
+	if u.Port() != "" {
+		return u.Host, nil
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return u.Host + ":" + port, nil
+}
+
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Gate)(nil)
+	_ caddy.CleanerUpper          = (*Gate)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Gate)(nil)
 )

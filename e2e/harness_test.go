@@ -106,6 +106,12 @@ type Config struct {
 	FollowerStatus int
 	// Variant ends every /gated response body, so that two configs differ harmlessly.
 	Variant string
+	// Hold is leader_gate's hold as written in JSON; empty leaves the default.
+	Hold string
+	// Backend, when set, is the URL of an upstream that admitted /gated requests are
+	// proxied to (instead of a static response), with the serving instance and token in
+	// the X-Served-By and X-Fencing-Token headers.
+	Backend string
 }
 
 // json renders c as the complete Caddy configuration of instance in:
@@ -127,6 +133,9 @@ func (c Config) json(in *Instance) []byte {
 	if c.FollowerStatus != 0 {
 		gate["status_code"] = c.FollowerStatus
 	}
+	if c.Hold != "" {
+		gate["hold"] = c.Hold
+	}
 	respond := func(status int, body string) map[string]any {
 		return map[string]any{"handler": "static_response", "status_code": status, "body": body}
 	}
@@ -143,6 +152,17 @@ func (c Config) json(in *Instance) []byte {
 		return map[string]any{"handler": "subroute", "routes": routes}
 	}
 	const whoami = "{http.leader.self} {http.leader.id} {http.leader.token} {http.leader.is_leader}"
+	gated := respond(200, "{http.leader.self} {http.leader.token} {http.request.method} "+c.Variant)
+	if c.Backend != "" {
+		gated = map[string]any{
+			"handler":   "reverse_proxy",
+			"upstreams": []map[string]any{{"dial": strings.TrimPrefix(c.Backend, "http://")}},
+			"headers": map[string]any{"request": map[string]any{"set": map[string][]string{
+				"X-Served-By":     {"{http.leader.self}"},
+				"X-Fencing-Token": {"{http.leader.token}"},
+			}}},
+		}
+	}
 
 	cfg := map[string]any{
 		"admin": map[string]any{
@@ -165,8 +185,7 @@ func (c Config) json(in *Instance) []byte {
 						"listen":          []string{fmt.Sprintf("127.0.0.1:%d", in.HTTPPort)},
 						"automatic_https": map[string]any{"disable": true},
 						"routes": []any{
-							route(path("/gated*"), gate,
-								respond(200, "{http.leader.self} {http.leader.token} {http.request.method} "+c.Variant)),
+							route(path("/gated*"), gate, gated),
 							route(path("/leader"), subroute(
 								route(leader, respond(200, "{http.leader.self} {http.leader.token}")),
 								route(nil, respond(503, "not the leader")),

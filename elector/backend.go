@@ -57,6 +57,9 @@ type Backend interface {
 	// until ctx is cancelled (the channel is then closed) or the watch breaks (one
 	// Observation with Err is sent, then the channel is closed).
 	Watch(ctx context.Context, election string, afterRev int64) <-chan Observation
+	// Update replaces the value of the election's key, keeping its lease, if its token is
+	// still token; it reports whether it did.
+	Update(ctx context.Context, election string, token int64, value []byte) (bool, error)
 	// Release deletes the election's key if its token is still token, so that a deposed
 	// leader can never delete its successor's key.
 	Release(ctx context.Context, election string, token int64) error

@@ -45,6 +45,7 @@ type Candidate struct {
 	drainTimeout   atomic.Int64 // a time.Duration; the newest config's
 	logger         atomic.Pointer[zap.Logger]
 	trouble        troubleLog
+	lastContact    atomic.Int64 // Unix nanoseconds of the last successful grant or renewal
 
 	ctx    context.Context // cancelled by Close: ends every loop
 	cancel context.CancelFunc
@@ -151,6 +152,25 @@ func (c *Candidate) Election(name string) *Election {
 	return e
 }
 
+// Elections lists the elections this candidate takes part in, in no particular order.
+func (c *Candidate) Elections() []*Election {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	list := make([]*Election, 0, len(c.elections))
+	for _, e := range c.elections {
+		list = append(list, e)
+	}
+	return list
+}
+
+// LastContact is when the store last confirmed this candidate's lease (zero if never).
+func (c *Candidate) LastContact() time.Time {
+	if ns := c.lastContact.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
 // Release drops one user of e. When the last one is gone, e hands leadership over (see
 // Resign) and stops campaigning; it blocks until then, at most about DrainTimeout plus one
 // store request.
@@ -165,6 +185,29 @@ func (c *Candidate) Release(e *Election) {
 	if last {
 		e.stop()
 	}
+}
+
+// Leave hands over every election this instance leads and never campaigns again, but keeps
+// following the elections, so that requests still arriving (say, while the HTTP server
+// shuts down) can be sent on to the successors. Close ends it. It blocks until every
+// handover is done or ctx ends.
+func (c *Candidate) Leave(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(c.Elections()))
+	for _, e := range c.Elections() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- e.Resign(ctx, forever)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var err error
+	for e := range errs {
+		err = errors.Join(err, e)
+	}
+	return err
 }
 
 // Close hands over every election this instance leads and leaves the fleet: it stops
@@ -300,6 +343,7 @@ func (c *Candidate) keepLease(ctx context.Context) {
 			continue
 		}
 		c.trouble.succeeded(c.log())
+		c.lastContact.Store(time.Now().UnixNano())
 		retry.reset()
 		l := newLease(id)
 		l.extend(sent, granted, safetyMargin(granted))
@@ -358,6 +402,7 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 			next = c.now().Add(retryAfter)
 		default:
 			c.trouble.succeeded(c.log())
+			c.lastContact.Store(time.Now().UnixNano())
 			l.extend(sent, granted, safetyMargin(granted))
 			next = sent.Add(interval)
 		}

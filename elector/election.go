@@ -21,6 +21,8 @@ type Election struct {
 
 	term     atomic.Pointer[Term]
 	inflight atomic.Int64 // admitted gated requests that have not finished
+	// lastForwarded is when (Unix ns) a forwarded request last arrived during a handover.
+	lastForwarded atomic.Int64
 
 	mu        sync.Mutex    // serialises publishing and the fields below
 	changed   chan struct{} // closed and replaced on every published change
@@ -86,6 +88,40 @@ func (e *Election) Enter() (*Term, bool) {
 	return t, false
 }
 
+// EnterForwarded is Enter for a request that a peer has already forwarded to this instance
+// because it leads: such a request is admitted during a handover too (the handover waits
+// for it), since the peer has committed it here and may not send it anywhere else.
+func (e *Election) EnterForwarded() (*Term, bool) {
+	e.inflight.Add(1)
+	t := e.term.Load()
+	if t.lease != nil && t.lease.valid(e.c.now()) {
+		if t.Draining {
+			e.lastForwarded.Store(time.Now().UnixNano())
+		}
+		return t, true
+	}
+	e.inflight.Add(-1)
+	return t, false
+}
+
+// WaitSettled waits until requests can go somewhere (see Term.Settled) and returns that
+// Term, or returns the newest Term and false when ctx ends first. It is how a gated
+// request holds while no leader is known or a handover is under way.
+func (e *Election) WaitSettled(ctx context.Context) (*Term, bool) {
+	for {
+		changed := e.Changed()
+		t := e.term.Load()
+		if t.Settled(e.c.now()) {
+			return t, true
+		}
+		select {
+		case <-ctx.Done():
+			return e.term.Load(), false
+		case <-changed:
+		}
+	}
+}
+
 // Exit ends a request admitted by Enter.
 func (e *Election) Exit() { e.inflight.Add(-1) }
 
@@ -141,7 +177,11 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	if t.lease == nil {
 		return nil
 	}
-	e.drain(ctx)
+	// Tell the fleet first, so that peers stop forwarding here and hold their requests
+	// for the successor; then let what is in flight (and what peers forwarded just
+	// before they heard) finish; then let go.
+	announced := e.announceHandover(ctx, t)
+	e.drain(ctx, announced)
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token)
 	cancel()
@@ -157,16 +197,46 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	return nil
 }
 
-// drain waits until no admitted request is in flight, or DrainTimeout or ctx ends.
-func (e *Election) drain(ctx context.Context) {
-	if e.inflight.Load() <= 0 {
+// handoverGrace is how long a leader that announced its handover keeps accepting requests
+// that peers forwarded before they heard of it: the announcement reaches peers through
+// their etcd watch in about one round trip, and a request they sent just before is at most
+// one network hop behind it. The grace starts again with every forwarded request that
+// still arrives, so a slow peer extends it (up to DrainTimeout).
+const handoverGrace = 25 * time.Millisecond
+
+// announceHandover marks the leader record as handing over. It returns when the mark was
+// written, or the zero time if it could not be (the handover then goes on without it).
+func (e *Election) announceHandover(ctx context.Context, t *Term) time.Time {
+	rec := t.Leader
+	rec.HandingOver = true
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	ok, err := e.c.cfg.Backend.Update(rctx, e.name, t.Token, rec.encode())
+	if err != nil || !ok {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// drain waits until no admitted request is in flight and the grace after the handover was
+// announced has passed, or DrainTimeout or ctx ends.
+func (e *Election) drain(ctx context.Context, announced time.Time) {
+	// quiet reports whether peers have had the grace to stop forwarding here.
+	quiet := func() bool {
+		if announced.IsZero() {
+			return true
+		}
+		last := max(announced.UnixNano(), e.lastForwarded.Load())
+		return time.Since(time.Unix(0, last)) >= handoverGrace
+	}
+	if e.inflight.Load() <= 0 && quiet() {
 		return
 	}
 	deadline := time.NewTimer(time.Duration(e.c.drainTimeout.Load()))
 	defer deadline.Stop()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
-	for e.inflight.Load() > 0 {
+	for e.inflight.Load() > 0 || !quiet() {
 		select {
 		case <-ctx.Done():
 			return
@@ -363,6 +433,10 @@ func (e *Election) observe(o Observation, l *lease) {
 		reason = "elected"
 	case old.lease != nil:
 		reason = "key taken over"
+	case old.Token == h.Token && rec.HandingOver:
+		reason = "leader handing over"
+	case old.Token == h.Token:
+		reason = "leader record updated"
 	default:
 		reason = "new leader observed"
 	}

@@ -14,6 +14,9 @@ type Record struct {
 	URL string `json:"url,omitempty"`
 	// Since is when the holder's term began, by the holder's wall clock.
 	Since time.Time `json:"since"`
+	// HandingOver is set by a leader that is about to let go (shutdown, resign): peers
+	// stop sending it requests and wait for its successor instead.
+	HandingOver bool `json:"handing_over,omitempty"`
 }
 
 func (r Record) encode() []byte {
@@ -73,3 +76,13 @@ func (t *Term) LeaseRemaining(now time.Time) time.Duration {
 
 // LeaderKnown reports whether some instance (perhaps this one) is known to hold the key.
 func (t *Term) LeaderKnown() bool { return t.Leader.ID != "" }
+
+// Settled reports whether requests can go somewhere now: this instance leads, or another
+// instance holds the key and is not handing it over. While a term is not settled (no
+// leader, a handover under way, this instance's lease lapsed), requests wait for the next.
+func (t *Term) Settled(now time.Time) bool {
+	if t.lease != nil {
+		return t.Leading(now)
+	}
+	return t.LeaderKnown() && !t.Leader.HandingOver
+}

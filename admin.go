@@ -1,0 +1,161 @@
+package caddyleader
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+func init() {
+	caddy.RegisterModule(AdminAPI{})
+}
+
+// AdminAPI is the `admin.api.leader` module: it adds the leader election's endpoints to
+// Caddy's admin API.
+//
+//	GET  /leader/                     every election this instance takes part in, as JSON
+//	POST /leader/<election>/resign    hand leadership over; ?hold_off=<duration> (default:
+//	                                  one ttl) keeps this instance from campaigning again
+//
+// Caddy loads admin API modules on its own; there is nothing to configure.
+type AdminAPI struct{}
+
+// CaddyModule returns the Caddy module information.
+func (AdminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.leader",
+		New: func() caddy.Module { return new(AdminAPI) },
+	}
+}
+
+// Routes implements caddy.AdminRouter.
+func (AdminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/leader/", Handler: caddy.AdminHandlerFunc(serveAdmin)}}
+}
+
+// ElectionStatus is one election as GET /leader/ reports it.
+type ElectionStatus struct {
+	Election string `json:"election"`
+	Self     string `json:"self"`
+	// Role is leader, handing_over, follower, or candidate (no leader known).
+	Role      string    `json:"role"`
+	LeaderID  string    `json:"leader_id,omitempty"`
+	LeaderURL string    `json:"leader_url,omitempty"`
+	Token     int64     `json:"token,omitempty"`
+	TermStart time.Time `json:"term_start,omitzero"`
+	// LeaseRemaining is how long this instance's lease deadline is ahead, in seconds.
+	LeaseRemaining float64   `json:"lease_remaining_seconds"`
+	LastContact    time.Time `json:"last_etcd_contact,omitzero"`
+	InFlight       int64     `json:"in_flight"`
+	Reason         string    `json:"reason"`
+	Changed        time.Time `json:"changed_at"`
+}
+
+func statusOf(e *elector.Election, now time.Time) ElectionStatus {
+	t := e.Term()
+	role := "candidate"
+	switch {
+	case t.Leading(now):
+		role = "leader"
+	case t.Holds():
+		role = "handing_over"
+	case t.LeaderKnown():
+		role = "follower"
+	}
+	return ElectionStatus{
+		Election:       t.Election,
+		Self:           t.Self,
+		Role:           role,
+		LeaderID:       t.Leader.ID,
+		LeaderURL:      t.Leader.URL,
+		Token:          t.Token,
+		TermStart:      t.Leader.Since,
+		LeaseRemaining: e.Candidate().LeaseRemaining().Seconds(),
+		LastContact:    e.Candidate().LastContact(),
+		InFlight:       e.InFlight(),
+		Reason:         t.Reason,
+		Changed:        t.At,
+	}
+}
+
+// runningElections are the elections of every candidacy of this process, by name.
+func runningElections() map[string]*elector.Election {
+	found := make(map[string]*elector.Election)
+	candidates.Range(func(_, v any) bool {
+		for _, e := range v.(pooledCandidate).Elections() {
+			found[e.Name()] = e
+		}
+		return true
+	})
+	return found
+}
+
+func serveAdmin(w http.ResponseWriter, r *http.Request) error {
+	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, "/leader/"), "/")
+	switch {
+	case rest == "":
+		if r.Method != http.MethodGet {
+			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use GET")}
+		}
+		return listElections(w)
+	case strings.HasSuffix(rest, "/resign"):
+		if r.Method != http.MethodPost {
+			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use POST")}
+		}
+		return resign(w, r, strings.TrimSuffix(rest, "/resign"))
+	default:
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no such leader endpoint: %s", r.URL.Path)}
+	}
+}
+
+func listElections(w http.ResponseWriter) error {
+	now := time.Now()
+	list := []ElectionStatus{}
+	for _, e := range runningElections() {
+		list = append(list, statusOf(e, now))
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Election < list[j].Election })
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(map[string]any{"elections": list})
+}
+
+func resign(w http.ResponseWriter, r *http.Request, name string) error {
+	e, ok := runningElections()[name]
+	if !ok {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("this instance takes no part in election %q", name)}
+	}
+	holdOff := e.Candidate().TTL()
+	if v := r.URL.Query().Get("hold_off"); v != "" {
+		d, err := caddy.ParseDuration(v)
+		if err != nil || d < 0 {
+			return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("hold_off: %q is not a non-negative duration", v)}
+		}
+		holdOff = d
+	}
+	t := e.Term()
+	if !t.Holds() {
+		return caddy.APIError{HTTPStatus: http.StatusConflict,
+			Err: fmt.Errorf("this instance (%s) does not lead election %q; the leader is %q at %q", t.Self, name, t.Leader.ID, t.Leader.URL)}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), e.Candidate().HandoverTimeout())
+	defer cancel()
+	if err := e.Resign(ctx, holdOff); err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusBadGateway, Err: fmt.Errorf("resigning election %q: %v", name, err)}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(map[string]any{"resigned": name, "token": t.Token, "hold_off": holdOff.String()})
+}
+
+// Interface guards
+var (
+	_ caddy.AdminRouter = AdminAPI{}
+)

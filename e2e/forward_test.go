@@ -1,0 +1,445 @@
+//go:build unix
+
+package e2e
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+)
+
+// arrival is one request as the application behind the gated route received it.
+type arrival struct {
+	ReqID    string
+	ServedBy string
+	Token    int64
+	Marked   bool // still carried the forwarding mark: the gate should have removed it
+}
+
+// recordingBackend is the application behind /gated: it records every request, echoes
+// websockets on /gated/ws, and answers uploads to /gated/upload with their SHA-256.
+type recordingBackend struct {
+	srv      *httptest.Server
+	mu       sync.Mutex
+	arrivals []arrival
+}
+
+func startBackend(t *testing.T) *recordingBackend {
+	t.Helper()
+	b := &recordingBackend{}
+	mux := http.NewServeMux()
+	mux.Handle("/gated/ws", websocket.Handler(func(c *websocket.Conn) { _, _ = io.Copy(c, c) }))
+	mux.HandleFunc("/gated/upload", func(w http.ResponseWriter, r *http.Request) {
+		b.record(r)
+		h := sha256.New()
+		if _, err := io.Copy(h, r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprint(w, hex.EncodeToString(h.Sum(nil)))
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		a := b.record(r)
+		fmt.Fprintf(w, "%s %d", a.ServedBy, a.Token)
+	})
+	b.srv = httptest.NewServer(mux)
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+func (b *recordingBackend) record(r *http.Request) arrival {
+	token, _ := strconv.ParseInt(r.Header.Get("X-Fencing-Token"), 10, 64)
+	a := arrival{
+		ReqID:    r.Header.Get("X-Req-Id"),
+		ServedBy: r.Header.Get("X-Served-By"),
+		Token:    token,
+		Marked:   r.Header.Get("Caddy-Leader-Forwarded-By") != "",
+	}
+	b.mu.Lock()
+	b.arrivals = append(b.arrivals, a)
+	b.mu.Unlock()
+	return a
+}
+
+func (b *recordingBackend) log() []arrival {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]arrival(nil), b.arrivals...)
+}
+
+// outcome is what one client request of a load run ended with.
+type outcome struct {
+	ReqID      string
+	Target     string // the instance the client sent it to
+	Status     int    // 0 when no answer came
+	RetryAfter string
+	Err        error
+}
+
+// loadRun sends POSTs at a steady rate, round-robin over the instances that are up, as a
+// load balancer in front of the fleet would. A refused connection (an instance that is
+// shutting down) is retried on the next instance, as a load balancer does: the request was
+// never sent. Anything else is the request's outcome.
+type loadRun struct {
+	fleet   []*Instance
+	client  *http.Client
+	down    sync.Map // *Instance -> true once the test stopped it
+	next    atomic.Int64
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	results []outcome
+}
+
+func newLoadRun(fleet []*Instance, client *http.Client) *loadRun {
+	return &loadRun{fleet: fleet, client: client}
+}
+
+// markDown takes an instance out of the rotation, as a load balancer's health check would.
+func (l *loadRun) markDown(in *Instance) { l.down.Store(in, true) }
+
+// run sends rate requests per second for d, then waits for every answer.
+func (l *loadRun) run(rate int, d time.Duration) {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	stop := time.After(d)
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			l.wg.Wait()
+			return
+		case <-tick.C:
+		}
+		l.wg.Add(1)
+		go func(id string) {
+			defer l.wg.Done()
+			o := l.send(id)
+			l.mu.Lock()
+			l.results = append(l.results, o)
+			l.mu.Unlock()
+		}(fmt.Sprintf("r%05d", n))
+	}
+}
+
+func (l *loadRun) send(id string) outcome {
+	var err error
+	for attempt := 0; attempt < 2*len(l.fleet); attempt++ {
+		in := l.fleet[int(l.next.Add(1))%len(l.fleet)]
+		if _, isDown := l.down.Load(in); isDown {
+			continue
+		}
+		req, _ := http.NewRequest(http.MethodPost, in.URL()+"/gated/load", strings.NewReader(`{"write":"`+id+`"}`))
+		req.Header.Set("X-Req-Id", id)
+		var resp *http.Response
+		resp, err = l.client.Do(req)
+		if err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				continue
+			}
+			return outcome{ReqID: id, Err: err}
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return outcome{ReqID: id, Target: in.ID, Status: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After")}
+	}
+	return outcome{ReqID: id, Err: fmt.Errorf("no instance accepted the connection: %v", err)}
+}
+
+// checkServedOnce checks the application's log against the clients' outcomes: every
+// request that was answered 200 arrived exactly once, nothing arrived twice, every token
+// belongs to one instance, tokens never go back (no stale arrival), and the forwarding
+// mark never reached the application. It returns the tokens in order of first arrival.
+func checkServedOnce(t *testing.T, results []outcome, log []arrival) []int64 {
+	t.Helper()
+	seen := map[string]int{}
+	owner := map[int64]string{}
+	var tokens []int64
+	var last int64
+	for _, a := range log {
+		seen[a.ReqID]++
+		if a.Marked {
+			t.Errorf("request %s reached the application with the forwarding mark", a.ReqID)
+		}
+		if a.Token < last {
+			t.Errorf("stale arrival: request %s with token %d after token %d", a.ReqID, a.Token, last)
+		}
+		if a.Token > last {
+			tokens = append(tokens, a.Token)
+			last = a.Token
+		}
+		if prev, ok := owner[a.Token]; ok && prev != a.ServedBy {
+			t.Errorf("token %d served by both %s and %s", a.Token, prev, a.ServedBy)
+		}
+		owner[a.Token] = a.ServedBy
+	}
+	for id, n := range seen {
+		if n > 1 {
+			t.Errorf("request %s reached the application %d times", id, n)
+		}
+	}
+	for _, o := range results {
+		if o.Status == http.StatusOK && seen[o.ReqID] != 1 {
+			t.Errorf("request %s was answered 200 but reached the application %d times", o.ReqID, seen[o.ReqID])
+		}
+	}
+	return tokens
+}
+
+// summarize counts outcomes by status (0 for no answer).
+func summarize(results []outcome) map[int]int {
+	counts := map[int]int{}
+	for _, o := range results {
+		counts[o.Status]++
+	}
+	return counts
+}
+
+func TestForwarding(t *testing.T) {
+	needCaddy(t)
+
+	switchovers := []struct {
+		name     string
+		follower string
+		handOver func(t *testing.T, leader *Instance, l *loadRun)
+	}{
+		{"forward_sigterm_of_the_leader", "forward", func(t *testing.T, leader *Instance, l *loadRun) {
+			l.markDown(leader)
+			leader.Term()
+		}},
+		{"forward_resign_through_the_admin_api", "forward", func(t *testing.T, leader *Instance, l *loadRun) {
+			resp, err := leader.admin(http.MethodPost, "/leader/default/resign?hold_off=30s", nil)
+			if err != nil || resp.Status != http.StatusOK {
+				t.Errorf("resign: %v %d %s", err, resp.Status, resp.Body)
+			}
+		}},
+		{"redirect_sigterm_of_the_leader", "redirect", func(t *testing.T, leader *Instance, l *loadRun) {
+			l.markDown(leader)
+			leader.Term()
+		}},
+	}
+	for _, sc := range switchovers {
+		t.Run("graceful_switchover_under_load_fails_no_request/"+sc.name, func(t *testing.T) {
+			etcd := etcdtest.Start(t, 1)
+			backend := startBackend(t)
+			fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: sc.follower, Hold: "2s", Backend: backend.srv.URL})
+			leader, token := WaitStableLeader(t, fleet, electTimeout)
+
+			client := &http.Client{Timeout: 10 * time.Second} // follows redirects, keeping POST and body on 307
+			l := newLoadRun(fleet, client)
+			done := make(chan struct{})
+			go func() { l.run(200, 4*time.Second); close(done) }()
+			time.Sleep(1500 * time.Millisecond) // steady traffic before the handover
+			sc.handOver(t, leader, l)
+			<-done
+
+			counts := summarize(l.results)
+			t.Logf("MEASURED %s: %d requests, outcomes by status %v", sc.name, len(l.results), counts)
+			failed := false
+			for _, o := range l.results {
+				if o.Status != http.StatusOK {
+					failed = true
+					t.Errorf("request %s to %s failed: status %d, error %v", o.ReqID, o.Target, o.Status, o.Err)
+				}
+			}
+			if failed {
+				for _, in := range fleet {
+					t.Logf("%s handler errors:\n%s", in, in.handlerErrors())
+				}
+			}
+			tokens := checkServedOnce(t, l.results, backend.log())
+			if len(tokens) != 2 || tokens[0] != token {
+				t.Errorf("tokens in order of arrival = %v, want the old term %d then one new term", tokens, token)
+			}
+		})
+	}
+
+	t.Run("crash_of_the_leader_holds_then_503_and_serves_nothing_twice", func(t *testing.T) {
+		etcd := etcdtest.Start(t, 1)
+		backend := startBackend(t)
+		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Hold: "1s", Backend: backend.srv.URL})
+		leader, _ := WaitStableLeader(t, fleet, electTimeout)
+
+		l := newLoadRun(fleet, &http.Client{Timeout: 10 * time.Second})
+		done := make(chan struct{})
+		go func() { l.run(200, 5*time.Second); close(done) }()
+		time.Sleep(time.Second)
+		l.markDown(leader)
+		leader.Kill()
+		<-done
+
+		counts := summarize(l.results)
+		t.Logf("MEASURED crash with hold 1s: %d requests, outcomes by status %v", len(l.results), counts)
+		for _, o := range l.results {
+			switch {
+			case o.Status == http.StatusOK:
+			case o.Status == http.StatusServiceUnavailable && o.RetryAfter != "":
+			default:
+				t.Errorf("request %s: status %d (Retry-After %q), error %v; want 200, or 503 with Retry-After", o.ReqID, o.Status, o.RetryAfter, o.Err)
+			}
+		}
+		if counts[http.StatusServiceUnavailable] == 0 {
+			t.Errorf("no request saw the leaderless window: the test did not exercise the hold")
+		}
+		checkServedOnce(t, l.results, backend.log())
+	})
+
+	t.Run("loop_guard_one_hop_at_most", func(t *testing.T) {
+		etcd := etcdtest.Start(t, 1)
+		backend := startBackend(t)
+		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Hold: "500ms", Backend: backend.srv.URL})
+		leader, _ := WaitStableLeader(t, fleet, electTimeout)
+		follower := others(fleet, leader)[0]
+
+		send := func(in *Instance, id string) (int, string) {
+			req, _ := http.NewRequest(http.MethodPost, in.URL()+"/gated/guard", strings.NewReader("x"))
+			req.Header.Set("X-Req-Id", id)
+			req.Header.Set("Caddy-Leader-Forwarded-By", "some-peer")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			return resp.StatusCode, resp.Header.Get("Retry-After")
+		}
+		if status, retry := send(follower, "marked-to-follower"); status != http.StatusServiceUnavailable || retry == "" {
+			t.Errorf("a marked request to a follower got %d (Retry-After %q), want 503 with Retry-After and no second hop", status, retry)
+		}
+		if status, _ := send(leader, "marked-to-leader"); status != http.StatusOK {
+			t.Errorf("a marked request to the leader got %d, want 200", status)
+		}
+		for _, a := range backend.log() {
+			if a.ReqID == "marked-to-follower" {
+				t.Error("the request marked as forwarded was forwarded again by a follower")
+			}
+			if a.Marked {
+				t.Errorf("request %s reached the application with the mark", a.ReqID)
+			}
+		}
+	})
+
+	t.Run("websocket_and_10MB_streamed_upload_through_a_follower", func(t *testing.T) {
+		etcd := etcdtest.Start(t, 1)
+		backend := startBackend(t)
+		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Backend: backend.srv.URL})
+		leader, _ := WaitStableLeader(t, fleet, electTimeout)
+		follower := others(fleet, leader)[0]
+
+		// /gated/* is gated for every method, so the upgrade (a GET) is forwarded too.
+		ws, err := websocket.Dial("ws"+strings.TrimPrefix(follower.URL(), "http")+"/gated/ws", "", follower.URL())
+		if err != nil {
+			t.Fatalf("websocket through %s: %v", follower, err)
+		}
+		for i := range 3 {
+			msg := fmt.Sprintf("hello %d", i)
+			if err := websocket.Message.Send(ws, msg); err != nil {
+				t.Fatal(err)
+			}
+			var echo string
+			if err := websocket.Message.Receive(ws, &echo); err != nil {
+				t.Fatal(err)
+			}
+			if echo != msg {
+				t.Errorf("echo %q, want %q", echo, msg)
+			}
+		}
+		ws.Close()
+
+		payload := make([]byte, 10<<20)
+		_, _ = rand.Read(payload)
+		want := sha256.Sum256(payload)
+		pr, pw := io.Pipe()
+		go func() {
+			// Streamed in small chunks, with no Content-Length: chunked all the way.
+			for off := 0; off < len(payload); off += 64 << 10 {
+				if _, err := pw.Write(payload[off:min(off+64<<10, len(payload))]); err != nil {
+					return
+				}
+			}
+			pw.Close()
+		}()
+		req, _ := http.NewRequest(http.MethodPost, follower.URL()+"/gated/upload", pr)
+		req.Header.Set("X-Req-Id", "upload")
+		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != hex.EncodeToString(want[:]) {
+			t.Fatalf("upload through %s: status %d, body %q; want 200 and the SHA-256 of the payload", follower, resp.StatusCode, body)
+		}
+		for _, a := range backend.log() {
+			if a.ReqID == "upload" && a.ServedBy != leader.ID {
+				t.Errorf("upload served by %s, want the leader %s", a.ServedBy, leader.ID)
+			}
+		}
+	})
+
+	t.Run("added_latency_of_a_forwarded_request", func(t *testing.T) {
+		etcd := etcdtest.Start(t, 1)
+		backend := startBackend(t)
+		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Backend: backend.srv.URL})
+		leader, _ := WaitStableLeader(t, fleet, electTimeout)
+		follower := others(fleet, leader)[0]
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+		measure := func(in *Instance) time.Duration {
+			start := time.Now()
+			resp, err := client.Post(in.URL()+"/gated/latency", "text/plain", bytes.NewReader([]byte("x")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d from %s", resp.StatusCode, in)
+			}
+			return time.Since(start)
+		}
+		var direct, forwarded []time.Duration
+		for range 20 { // warm both paths' connections
+			measure(leader)
+			measure(follower)
+		}
+		for range 500 { // side by side, interleaved
+			direct = append(direct, measure(leader))
+			forwarded = append(forwarded, measure(follower))
+		}
+		p := func(d []time.Duration, q float64) time.Duration {
+			sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+			return d[int(q*float64(len(d)-1))]
+		}
+		t.Logf("MEASURED latency over 500 sequential POSTs each: direct to the leader p50 %v p99 %v; through a follower p50 %v p99 %v",
+			p(direct, 0.5), p(direct, 0.99), p(forwarded, 0.5), p(forwarded, 0.99))
+	})
+}
+
+// handlerErrors returns the error lines Caddy logged for requests, to tell which path
+// failed a request.
+func (in *Instance) handlerErrors() string {
+	b, _ := os.ReadFile(in.logPath)
+	var lines []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"logger":"http.log.error`) {
+			lines = append(lines, line)
+		}
+	}
+	return strings.Join(lines, "\n")
+}

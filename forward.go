@@ -1,0 +1,144 @@
+package caddyleader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// NotLeaderHeader is set on the 503 an instance answers to a forwarded request when it no
+// longer leads. It tells the forwarding instance that the application never saw the
+// request, so it may send it to the new leader instead.
+const NotLeaderHeader = "Caddy-Leader-Not-Leader"
+
+// replayLimit is the largest request body a forward keeps in memory so that it can be sent
+// again when the instance it went to had just stopped leading. Larger and streamed bodies
+// go straight through and are not retried.
+const replayLimit = 64 << 10
+
+// maxForwardTries bounds how often one request is sent to an instance that turns out to
+// have just let go of leadership.
+const maxForwardTries = 3
+
+// forward proxies r to the leader. Should the instance it reaches have let go of
+// leadership in the meantime (it answers 503 with NotLeaderHeader, without passing the
+// request on), the request waits for the next leader and goes there, as long as its body
+// can be sent again and Hold has not run out.
+func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	body, replayable, err := bufferBody(r)
+	if err != nil {
+		return caddyhttp.Error(http.StatusBadRequest, err)
+	}
+	deadline := time.Now().Add(g.hold)
+	for try := 1; ; try++ {
+		if body != nil {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		catcher := newNotLeaderCatcher(w)
+		err := g.forwarder.ServeHTTP(catcher, r, next)
+		if !catcher.caught {
+			return g.forwardFailed(w, err)
+		}
+		catcher.restoreHeader()
+		if !replayable || try == maxForwardTries || time.Now().After(deadline) {
+			return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+		}
+		ctx, cancel := context.WithDeadline(r.Context(), deadline)
+		t, _ := g.election.WaitSettled(ctx)
+		cancel()
+		if t.Holds() {
+			// This instance won the next term: serve here.
+			if _, admitted := g.election.Enter(); admitted {
+				defer g.election.Exit()
+				return next.ServeHTTP(w, r)
+			}
+		}
+		if !t.Settled(time.Now()) {
+			return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+		}
+	}
+}
+
+// forwardFailed turns a forward that got no answer from the leader within Hold (it died, or
+// went away before a successor was known) into what the client would see with no leader:
+// 503 with Retry-After.
+func (g *Gate) forwardFailed(w http.ResponseWriter, err error) error {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode >= 500 {
+		// %v, not %w: caddyhttp.Error would keep the wrapped error's status.
+		return g.reject(w, http.StatusServiceUnavailable, fmt.Errorf("forwarding to the leader of election %q: %v", g.Election, err))
+	}
+	return err
+}
+
+// bufferBody reads a small request body into memory so that it can be sent more than once.
+// It reports whether the request can be replayed (no body, or a buffered one).
+func bufferBody(r *http.Request) ([]byte, bool, error) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil, true, nil
+	}
+	if r.ContentLength < 0 || r.ContentLength > replayLimit {
+		return nil, false, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
+	if err != nil {
+		return nil, false, fmt.Errorf("reading the request body: %v", err)
+	}
+	return body, true, nil
+}
+
+// notLeaderCatcher passes a response through unless it is the NotLeaderHeader 503 of an
+// instance that had stopped leading; that one it swallows, so the request can go elsewhere.
+type notLeaderCatcher struct {
+	*caddyhttp.ResponseWriterWrapper
+	before http.Header // the response headers before the try, to undo what it copied in
+	caught bool
+}
+
+func newNotLeaderCatcher(w http.ResponseWriter) *notLeaderCatcher {
+	return &notLeaderCatcher{
+		ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
+		before:                w.Header().Clone(),
+	}
+}
+
+func (c *notLeaderCatcher) WriteHeader(status int) {
+	if status == http.StatusServiceUnavailable && c.Header().Get(NotLeaderHeader) != "" {
+		c.caught = true
+		return
+	}
+	c.ResponseWriterWrapper.WriteHeader(status)
+}
+
+func (c *notLeaderCatcher) Write(b []byte) (int, error) {
+	if c.caught {
+		return len(b), nil
+	}
+	return c.ResponseWriterWrapper.Write(b)
+}
+
+// ReadFrom keeps io.Copy from reaching past Write to the client while a response is
+// being swallowed.
+func (c *notLeaderCatcher) ReadFrom(r io.Reader) (int64, error) {
+	if c.caught {
+		return io.Copy(io.Discard, r)
+	}
+	return c.ResponseWriterWrapper.ReadFrom(r)
+}
+
+// restoreHeader removes what the swallowed response put into the response headers.
+func (c *notLeaderCatcher) restoreHeader() {
+	h := c.Header()
+	for k := range h {
+		delete(h, k)
+	}
+	for k, v := range c.before {
+		h[k] = v
+	}
+}

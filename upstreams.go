@@ -1,0 +1,113 @@
+package caddyleader
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+func init() {
+	caddy.RegisterModule(LeaderUpstreams{})
+}
+
+// LeaderUpstreams is the `leader` dynamic upstream source of reverse_proxy: it answers the
+// current leader's advertise address (host:port), so that a follower proxies to the
+// leader. It answers an error, which makes reverse_proxy retry within its
+// lb_try_duration, while no leader is known, while the leader is handing over, and when
+// this instance is the leader itself (a proxy never sends a request to itself).
+//
+// It also carries the loop guard: it marks every request it routes with the
+// Caddy-Leader-Forwarded-By header naming this instance, and it refuses a request that
+// another instance already forwarded, so that a request travels one hop at most. On the
+// leader, `leader_gate` removes the mark before the application sees it; a route that
+// uses the `leader` matcher instead should remove it with `request_header`.
+type LeaderUpstreams struct {
+	// Election is the name of the election whose leader receives the requests.
+	// Default: `default`.
+	Election string `json:"election,omitempty"`
+
+	election *elector.Election
+	self     string
+	dial     *atomic.Pointer[termDial]
+}
+
+func newLeaderUpstreams(name string, e *elector.Election, self string) *LeaderUpstreams {
+	return &LeaderUpstreams{Election: name, election: e, self: self, dial: new(atomic.Pointer[termDial])}
+}
+
+// termDial caches the dial address of one Term's leader.
+type termDial struct {
+	term *elector.Term
+	dial string
+	err  error
+}
+
+// CaddyModule returns the Caddy module information.
+func (LeaderUpstreams) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.upstreams.leader",
+		New: func() caddy.Module { return new(LeaderUpstreams) },
+	}
+}
+
+// Provision implements caddy.Provisioner.
+func (u *LeaderUpstreams) Provision(ctx caddy.Context) error {
+	if u.election != nil {
+		return nil // set up by the gate that embeds it
+	}
+	if u.Election == "" {
+		u.Election = DefaultElection
+	}
+	if err := checkElectionName(u.Election); err != nil {
+		return fmt.Errorf("leader upstreams: election: %v", err)
+	}
+	app, err := appFrom(ctx, "leader upstreams")
+	if err != nil {
+		return err
+	}
+	if app.Advertise == "" {
+		return errors.New("leader upstreams: proxying to the leader needs the leader app's advertise URL: set `advertise` in the global leader option")
+	}
+	*u = *newLeaderUpstreams(u.Election, app.election(u.Election), app.InstanceID)
+	return nil
+}
+
+// errAlreadyForwarded refuses a second hop.
+var errAlreadyForwarded = errors.New("leader upstreams: the request was already forwarded by another instance; not forwarding it again")
+
+// GetUpstreams implements reverseproxy.UpstreamSource.
+func (u *LeaderUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
+	if by := r.Header.Get(ForwardedByHeader); by != "" && by != u.self {
+		return nil, errAlreadyForwarded
+	}
+	t := u.election.Term()
+	if t.Holds() || !t.Settled(time.Now()) {
+		return nil, fmt.Errorf("leader upstreams: no leader of election %q to forward to", u.Election)
+	}
+	d := u.dial.Load()
+	if d == nil || d.term != t {
+		dial, err := leaderDial(t.Leader.URL)
+		d = &termDial{term: t, dial: dial, err: err}
+		u.dial.Store(d)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	// reverse_proxy copies the request's headers per try from this one, so the mark
+	// set here goes upstream on every try.
+	r.Header.Set(ForwardedByHeader, u.self)
+	return []*reverseproxy.Upstream{{Dial: d.dial}}, nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*LeaderUpstreams)(nil)
+	_ reverseproxy.UpstreamSource = (*LeaderUpstreams)(nil)
+)
