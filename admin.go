@@ -22,9 +22,15 @@ func init() {
 // AdminAPI is the `admin.api.leader` module: it adds the leader election's endpoints to
 // Caddy's admin API.
 //
-//	GET  /leader/                     every election this instance takes part in, as JSON
-//	POST /leader/<election>/resign    hand leadership over; ?hold_off=<duration> (default:
-//	                                  one ttl) keeps this instance from campaigning again
+//	GET  /leader/                            every election this instance takes part in, as JSON
+//	POST /leader/<election>/resign           the leader hands over and stays out of the election
+//	                                         for ?hold_off=<duration> (default: one ttl)
+//	POST /leader/<election>/transfer?to=<id> planned switchover to a named candidate; the others
+//	                                         stand aside until it leads or ?timeout=<duration>
+//	                                         (default: two ttls) passes
+//
+// Both POSTs work on any instance: a follower passes the request on through etcd, where the
+// leader (or, for a transfer, every candidate) picks it up.
 //
 // Caddy loads admin API modules on its own; there is nothing to configure.
 type AdminAPI struct{}
@@ -112,6 +118,11 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use POST")}
 		}
 		return resign(w, r, strings.TrimSuffix(rest, "/resign"))
+	case strings.HasSuffix(rest, "/transfer"):
+		if r.Method != http.MethodPost {
+			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use POST")}
+		}
+		return transfer(w, r, strings.TrimSuffix(rest, "/transfer"))
 	default:
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no such leader endpoint: %s", r.URL.Path)}
 	}
@@ -128,31 +139,80 @@ func listElections(w http.ResponseWriter) error {
 	return json.NewEncoder(w).Encode(map[string]any{"elections": list})
 }
 
-func resign(w http.ResponseWriter, r *http.Request, name string) error {
+func electionNamed(name string) (*elector.Election, error) {
 	e, ok := runningElections()[name]
 	if !ok {
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("this instance takes no part in election %q", name)}
+		return nil, caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("this instance takes no part in election %q", name)}
 	}
-	holdOff := e.Candidate().TTL()
-	if v := r.URL.Query().Get("hold_off"); v != "" {
-		d, err := caddy.ParseDuration(v)
-		if err != nil || d < 0 {
-			return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("hold_off: %q is not a non-negative duration", v)}
-		}
-		holdOff = d
+	return e, nil
+}
+
+// durationParam reads a non-negative duration from the query, or def when it is absent.
+func durationParam(r *http.Request, name string, def time.Duration) (time.Duration, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := caddy.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("%s: %q is not a non-negative duration", name, v)}
+	}
+	return d, nil
+}
+
+func resign(w http.ResponseWriter, r *http.Request, name string) error {
+	e, err := electionNamed(name)
+	if err != nil {
+		return err
+	}
+	holdOff, err := durationParam(r, "hold_off", e.Candidate().TTL())
+	if err != nil {
+		return err
 	}
 	t := e.Term()
-	if !t.Holds() {
-		return caddy.APIError{HTTPStatus: http.StatusConflict,
-			Err: fmt.Errorf("this instance (%s) does not lead election %q; the leader is %q at %q", t.Self, name, t.Leader.ID, t.Leader.URL)}
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), e.Candidate().HandoverTimeout())
 	defer cancel()
-	if err := e.Resign(ctx, holdOff); err != nil {
-		return caddy.APIError{HTTPStatus: http.StatusBadGateway, Err: fmt.Errorf("resigning election %q: %v", name, err)}
+	result := map[string]any{"election": name, "token": t.Token, "hold_off": holdOff.String()}
+	if t.Holds() {
+		if err := e.Resign(ctx, holdOff); err != nil {
+			return caddy.APIError{HTTPStatus: http.StatusBadGateway, Err: fmt.Errorf("resigning election %q: %v", name, err)}
+		}
+		result["resigned"] = t.Self
+	} else {
+		if err := e.RequestResign(ctx, holdOff); err != nil {
+			return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("asking the leader of election %q to resign: %v", name, err)}
+		}
+		result["asked"] = t.Leader.ID
+		w.WriteHeader(http.StatusAccepted)
 	}
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(map[string]any{"resigned": name, "token": t.Token, "hold_off": holdOff.String()})
+	return json.NewEncoder(w).Encode(result)
+}
+
+func transfer(w http.ResponseWriter, r *http.Request, name string) error {
+	e, err := electionNamed(name)
+	if err != nil {
+		return err
+	}
+	to := r.URL.Query().Get("to")
+	if to == "" {
+		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: errors.New("to: name the instance_id that should lead")}
+	}
+	timeout, err := durationParam(r, "timeout", 2*e.Candidate().TTL())
+	if err != nil {
+		return err
+	}
+	from := e.Term().Leader.ID
+	if err := e.Transfer(r.Context(), to, timeout); err != nil {
+		status := http.StatusGatewayTimeout
+		if errors.Is(err, elector.ErrNotCandidate) {
+			status = http.StatusBadRequest
+		}
+		return caddy.APIError{HTTPStatus: status, Err: err}
+	}
+	t := e.Term()
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(map[string]any{"election": name, "from": from, "leader": t.Leader.ID, "token": t.Token})
 }
 
 // Interface guards

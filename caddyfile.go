@@ -3,6 +3,7 @@ package caddyleader
 import (
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -30,9 +31,20 @@ func init() {
 //		dial_timeout  <duration>
 //		drain_timeout <duration>
 //		elections     <name>...
+//		tls {
+//			ca          <file>
+//			cert        <file>
+//			key         <file>
+//			server_name <name>
+//		}
+//		username      <user>
+//		password      <password>
 //	}
 //
-// endpoints and elections may be repeated and accumulate; endpoints is required.
+// endpoints and elections may be repeated and accumulate; endpoints is required. A bare
+// `tls` (no block) means TLS with the system's root CAs. Give the password as a
+// placeholder, {env.VAR} or {file.path}, which Caddy expands when it loads the config:
+// {$VAR} would write the password itself into the adapted JSON.
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	if existing != nil {
 		return nil, d.Err("the leader global option may appear only once")
@@ -93,9 +105,51 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := durationArg(d, &a.DrainTimeout); err != nil {
 				return err
 			}
+		case "tls":
+			if a.TLS != nil {
+				return d.Err("tls: given twice; put every tls option in one block")
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			a.TLS = new(EtcdTLS)
+			for nesting := d.Nesting(); d.NextBlock(nesting); {
+				var dst *string
+				switch sub := d.Val(); sub {
+				case "ca":
+					dst = &a.TLS.CA
+				case "cert":
+					dst = &a.TLS.Cert
+				case "key":
+					dst = &a.TLS.Key
+				case "server_name":
+					dst = &a.TLS.ServerName
+				default:
+					return d.Errf("unrecognized leader tls option %q", sub)
+				}
+				if err := oneArg(d, dst); err != nil {
+					return err
+				}
+			}
+			if err := a.TLS.files().Check(); err != nil {
+				return d.Err(err.Error())
+			}
+		case "username":
+			if err := oneArg(d, &a.Username); err != nil {
+				return err
+			}
+		case "password":
+			if err := oneArg(d, &a.Password); err != nil {
+				return err
+			}
 		default:
 			return d.Errf("unrecognized leader option %q", opt)
 		}
+	}
+	// Caught here as well as in Provision, so that `caddy adapt` already reports it; an
+	// endpoint or credential that is a placeholder is checked only once expanded.
+	if err := a.checkCredentials(); err != nil {
+		return d.Err(err.Error())
 	}
 	return nil
 }
@@ -110,10 +164,10 @@ func parseGate(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	if !ok {
 		return nil, h.Err("leader_gate needs the global leader option: add `leader { endpoints ... }` to the global options block")
 	}
-	if g.Follower == FollowerRedirect {
+	if g.Follower == FollowerRedirect || g.Follower == FollowerForward {
 		var app App
 		if err := json.Unmarshal(opt.Value, &app); err == nil && app.Advertise == "" {
-			return nil, h.Err("leader_gate: follower redirect needs `advertise <url>` in the global leader option, the URL the leader is reached at")
+			return nil, h.Errf("leader_gate: follower %s needs `advertise <url>` in the global leader option, the URL the leader is reached at", g.Follower)
 		}
 	}
 	return g, nil
@@ -123,8 +177,13 @@ func parseGate(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 //	leader_gate [<matcher>] [<election>] {
 //		election    <name>
-//		follower    reject [<status>] | redirect [307|308]
+//		follower    reject [<status>] | redirect [307|308] | forward
+//		hold        <duration>
 //		retry_after <duration>
+//		cancel_on_loss
+//		transport   <name> {
+//			# reverse_proxy's transport options, for follower forward
+//		}
 //	}
 //
 // The election is named once, as the argument or in the block.
@@ -152,8 +211,14 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			g.Follower = d.Val()
 			g.StatusCode = 0 // a repeated follower line must not inherit the previous status
-			if g.Follower != FollowerReject && g.Follower != FollowerRedirect {
-				return d.Errf("follower: %q is not one of reject, redirect", g.Follower)
+			switch g.Follower {
+			case FollowerReject, FollowerRedirect:
+			case FollowerForward:
+				if d.NextArg() {
+					return d.Err("follower forward takes no status")
+				}
+			default:
+				return d.Errf("follower: %q is not one of reject, redirect, forward", g.Follower)
 			}
 			if d.NextArg() {
 				code, err := strconv.Atoi(d.Val())
@@ -172,6 +237,34 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := durationArg(d, &g.RetryAfter); err != nil {
 				return err
 			}
+		case "cancel_on_loss":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			g.CancelOnLoss = true
+		case "hold":
+			var hold caddy.Duration
+			if err := durationArg(d, &hold); err != nil {
+				return err
+			}
+			if hold < 0 {
+				return d.Errf("hold: %s is negative", time.Duration(hold))
+			}
+			g.Hold = &hold
+		case "transport":
+			if g.TransportRaw != nil {
+				return d.Err("transport: already specified")
+			}
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			name := d.Val()
+			// The same transports, with the same syntax, as reverse_proxy's.
+			unm, err := caddyfile.UnmarshalModule(d, "http.reverse_proxy.transport."+name)
+			if err != nil {
+				return err
+			}
+			g.TransportRaw = caddyconfig.JSONModuleObject(unm, "protocol", name, nil)
 		default:
 			return d.Errf("unrecognized leader_gate option %q", opt)
 		}
@@ -215,6 +308,42 @@ func electionOrDefault(name string) string {
 	return name
 }
 
+// UnmarshalCaddyfile sets up the dynamic upstream source from the tokens of reverse_proxy's
+// `dynamic` subdirective:
+//
+//	dynamic leader [<election>]
+func (u *LeaderUpstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the source's name
+	if d.NextArg() {
+		u.Election = d.Val()
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	if d.NextBlock(0) {
+		return d.Err("dynamic leader takes no block")
+	}
+	return nil
+}
+
+// UnmarshalCaddyfile sets up the matcher from Caddyfile tokens:
+//
+//	leader_candidate [<election>]
+func (m *CandidateMatcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	for d.Next() {
+		if d.NextArg() {
+			m.Election = d.Val()
+		}
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		if d.NextBlock(0) {
+			return d.Err("the leader_candidate matcher takes no block")
+		}
+	}
+	return nil
+}
+
 func oneArg(d *caddyfile.Dispenser, dst *string) error {
 	opt := d.Val()
 	if !d.NextArg() {
@@ -246,4 +375,6 @@ var (
 	_ caddyfile.Unmarshaler = (*App)(nil)
 	_ caddyfile.Unmarshaler = (*Gate)(nil)
 	_ caddyfile.Unmarshaler = (*Matcher)(nil)
+	_ caddyfile.Unmarshaler = (*LeaderUpstreams)(nil)
+	_ caddyfile.Unmarshaler = (*CandidateMatcher)(nil)
 )

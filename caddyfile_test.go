@@ -2,6 +2,7 @@ package caddyleader
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -151,6 +152,56 @@ func TestCaddyfileAdaptErrors(t *testing.T) {
 			name:      "global/given_twice",
 			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t}\n\tleader {\n\t\tendpoints 127.0.0.1:22379\n\t}\n}\n",
 			wantErr:   []string{"leader global option", "only once"},
+		},
+		{
+			name:      "global/tls_cert_without_key",
+			caddyfile: "{\n\tleader {\n\t\tendpoints https://127.0.0.1:2379\n\t\ttls {\n\t\t\tcert /etc/caddy/etcd.pem\n\t\t}\n\t}\n}\n",
+			wantErr:   []string{"tls.key", "needs its private key", "Caddyfile:6"},
+		},
+		{
+			name:      "global/tls_key_without_cert",
+			caddyfile: "{\n\tleader {\n\t\tendpoints https://127.0.0.1:2379\n\t\ttls {\n\t\t\tkey /etc/caddy/etcd-key.pem\n\t\t}\n\t}\n}\n",
+			wantErr:   []string{"tls.cert", "needs its client certificate"},
+		},
+		{
+			name:      "global/tls_with_http_endpoint",
+			caddyfile: "{\n\tleader {\n\t\tendpoints http://127.0.0.1:2379\n\t\ttls {\n\t\t\tca /etc/caddy/ca.pem\n\t\t}\n\t}\n}\n",
+			wantErr:   []string{"tls:", `"http://127.0.0.1:2379" is plain http://`},
+		},
+		{
+			name:      "global/tls_unknown_option",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\ttls {\n\t\t\tcacert /etc/caddy/ca.pem\n\t\t}\n\t}\n}\n",
+			wantErr:   []string{`unrecognized leader tls option "cacert"`, "Caddyfile:5"},
+		},
+		{
+			name:      "global/tls_with_argument",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\ttls /etc/caddy/ca.pem\n\t}\n}\n",
+			wantErr:   []string{"wrong argument count", "/etc/caddy/ca.pem"},
+		},
+		{
+			name:      "global/tls_twice",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\ttls {\n\t\t\tca /a.pem\n\t\t}\n\t\ttls {\n\t\t\tserver_name etcd\n\t\t}\n\t}\n}\n",
+			wantErr:   []string{"tls: given twice"},
+		},
+		{
+			name:      "global/tls_ca_without_value",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\ttls {\n\t\t\tca\n\t\t}\n\t}\n}\n",
+			wantErr:   []string{"ca: missing value"},
+		},
+		{
+			name:      "global/password_without_username",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\tpassword {env.ETCD_PASSWORD}\n\t}\n}\n",
+			wantErr:   []string{"password: set without a username"},
+		},
+		{
+			name:      "global/username_without_password",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\tusername caddy\n\t}\n}\n",
+			wantErr:   []string{"password:", `user "caddy" has no password`},
+		},
+		{
+			name:      "global/password_two_values",
+			caddyfile: "{\n\tleader {\n\t\tendpoints 127.0.0.1:2379\n\t\tusername caddy\n\t\tpassword two words\n\t}\n}\n",
+			wantErr:   []string{"password: takes exactly one value"},
 		},
 		{
 			name:      "gate/unknown_subdirective",
@@ -304,6 +355,39 @@ func TestUnmarshalCaddyfileDispenser(t *testing.T) {
 		{name: "app/instance_id_two_values", newMod: newApp, input: "leader {\n\tinstance_id a b\n}", wantErr: "instance_id: takes exactly one value"},
 		{name: "app/ttl_not_a_duration", newMod: newApp, input: "leader {\n\tttl 10\n}", wantErr: `ttl: "10" is not a duration`},
 		{name: "app/dial_timeout_without_value", newMod: newApp, input: "leader {\n\tdial_timeout\n}", wantErr: "dial_timeout: missing value"},
+		{
+			name:   "app/tls_and_login",
+			newMod: newApp,
+			input: `leader {
+				endpoints etcd-1.internal:2379
+				tls {
+					ca /etc/caddy/etcd/ca.pem
+					cert /etc/caddy/etcd/client.pem
+					key /etc/caddy/etcd/client-key.pem
+					server_name etcd.internal
+				}
+				username caddy
+				password {file./run/secrets/etcd-password}
+			}`,
+			want: &App{
+				Endpoints: []string{"etcd-1.internal:2379"},
+				TLS: &EtcdTLS{
+					CA:         "/etc/caddy/etcd/ca.pem",
+					Cert:       "/etc/caddy/etcd/client.pem",
+					Key:        "/etc/caddy/etcd/client-key.pem",
+					ServerName: "etcd.internal",
+				},
+				Username: "caddy",
+				Password: "{file./run/secrets/etcd-password}",
+			},
+		},
+		{name: "app/bare_tls", newMod: newApp, input: "leader {\n\ttls\n}", want: &App{TLS: &EtcdTLS{}}},
+		{name: "app/empty_tls_block", newMod: newApp, input: "leader {\n\ttls {\n\t}\n}", want: &App{TLS: &EtcdTLS{}}},
+		{name: "app/tls_unknown_option", newMod: newApp, input: "leader {\n\ttls {\n\t\tcafile x\n\t}\n}", wantErr: `unrecognized leader tls option "cafile"`},
+		{name: "app/tls_server_name_two_values", newMod: newApp, input: "leader {\n\ttls {\n\t\tserver_name a b\n\t}\n}", wantErr: "server_name: takes exactly one value"},
+		{name: "app/tls_cert_without_key", newMod: newApp, input: "leader {\n\ttls {\n\t\tcert c.pem\n\t}\n}", wantErr: "tls.key: the client certificate (tls.cert) needs its private key"},
+		{name: "app/username_without_value", newMod: newApp, input: "leader {\n\tusername\n}", wantErr: "username: missing value"},
+		{name: "app/password_without_username", newMod: newApp, input: "leader {\n\tpassword x\n}", wantErr: "password: set without a username"},
 
 		{name: "gate/bare", newMod: newGate, input: "leader_gate", want: &Gate{}},
 		{name: "gate/election_argument", newMod: newGate, input: "leader_gate billing", want: &Gate{Election: "billing"}},
@@ -409,21 +493,30 @@ func TestAppProvisionErrors(t *testing.T) {
 // TestAppProvisionWithoutEtcd is the control for TestAppProvisionErrors: a good app
 // provisions with no etcd listening, so those errors come from the fields alone.
 func TestAppProvisionWithoutEtcd(t *testing.T) {
-	app := App{
-		Endpoints:  []string{"127.0.0.1:1", "http://127.0.0.1:2"},
-		InstanceID: "caddyfile-test-node",
-		Advertise:  "http://10.0.0.5:8080",
+	// What `caddy validate` does: provision, validate and clean up through Caddy's own
+	// loading path, with nothing listening on the endpoints. The client connects lazily.
+	cfg := &caddy.Config{
+		Admin: &caddy.AdminConfig{Disabled: true},
+		AppsRaw: caddy.ModuleMap{"leader": json.RawMessage(`{
+			"endpoints": ["127.0.0.1:1", "http://127.0.0.1:2"],
+			"instance_id": "caddyfile-test-node",
+			"advertise": "http://10.0.0.5:8080"
+		}`)},
 	}
-	if err := app.Provision(newProvisionContext(t)); err != nil {
-		t.Fatalf("Provision: %v", err)
+	if err := caddy.Validate(cfg); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+}
+
+func TestAppDefaults(t *testing.T) {
+	app := App{Endpoints: []string{"127.0.0.1:1"}, InstanceID: "node"}
+	if err := app.expandAndDefault(); err != nil {
+		t.Fatal(err)
 	}
 	if app.Prefix != DefaultPrefix || time.Duration(app.TTL) != DefaultTTL ||
 		time.Duration(app.DialTimeout) != DefaultDialTimeout || time.Duration(app.DrainTimeout) != DefaultDrainTimeout {
 		t.Errorf("defaults not filled in: prefix %q, ttl %s, dial_timeout %s, drain_timeout %s",
 			app.Prefix, time.Duration(app.TTL), time.Duration(app.DialTimeout), time.Duration(app.DrainTimeout))
-	}
-	if err := app.Cleanup(); err != nil {
-		t.Errorf("Cleanup: %v", err)
 	}
 }
 

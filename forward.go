@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
 // NotLeaderHeader is set on the 503 an instance answers to a forwarded request when it no
@@ -23,13 +24,16 @@ const NotLeaderHeader = "Caddy-Leader-Not-Leader"
 const replayLimit = 64 << 10
 
 // maxForwardTries bounds how often one request is sent to an instance that turns out to
-// have just let go of leadership.
+// have just let go of leadership (failed connections are retried until Hold runs out).
 const maxForwardTries = 3
 
-// forward proxies r to the leader. Should the instance it reaches have let go of
-// leadership in the meantime (it answers 503 with NotLeaderHeader, without passing the
-// request on), the request waits for the next leader and goes there, as long as its body
-// can be sent again and Hold has not run out.
+// forward proxies r to the leader, holding it (up to Hold) across what a leader change
+// throws at it: a leader that turns out to have let go in the meantime (it answers 503 with
+// NotLeaderHeader without passing the request on), or one that no longer accepts
+// connections (it crashed; its lease has not run out yet). Between tries the request waits
+// for a settled term and is served right here if this instance has won it. It is tried
+// again only when it certainly did not reach the application: the connection failed, or
+// the ex-leader refused it, and then only if its body can be sent again.
 func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	body, replayable, err := bufferBody(r)
 	if err != nil {
@@ -37,38 +41,61 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 	}
 	deadline := time.Now().Add(g.hold)
 	for try := 1; ; try++ {
+		if try > 1 {
+			ctx, cancel := context.WithDeadline(r.Context(), deadline)
+			t, settled := g.election.WaitSettled(ctx)
+			cancel()
+			if !settled {
+				return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+			}
+			if t.Holds() {
+				// This instance won the next term: serve here.
+				if _, admitted := g.election.Enter(); admitted {
+					g.counts.served.Inc()
+					defer g.election.Exit()
+					return next.ServeHTTP(w, r)
+				}
+			}
+		}
 		if body != nil {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		catcher := newNotLeaderCatcher(w)
 		err := g.forwarder.ServeHTTP(catcher, r, next)
-		if !catcher.caught {
+		switch {
+		case catcher.caught:
+			catcher.restoreHeader()
+			if !replayable {
+				return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+			}
+		case !notSent(err):
 			return g.forwardFailed(w, err)
 		}
-		catcher.restoreHeader()
-		if !replayable || try == maxForwardTries || time.Now().After(deadline) {
-			return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
-		}
-		ctx, cancel := context.WithDeadline(r.Context(), deadline)
-		t, _ := g.election.WaitSettled(ctx)
-		cancel()
-		if t.Holds() {
-			// This instance won the next term: serve here.
-			if _, admitted := g.election.Enter(); admitted {
-				defer g.election.Exit()
-				return next.ServeHTTP(w, r)
-			}
-		}
-		if !t.Settled(time.Now()) {
-			return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+		if try == maxForwardTries && catcher.caught || time.Now().After(deadline) {
+			return g.forwardFailed(w, err)
 		}
 	}
+}
+
+// notSent reports whether a forward failed before anything reached the leader: no
+// connection could be made, or no leader was there to try.
+func notSent(err error) bool {
+	if err == nil {
+		return false
+	}
+	var dial reverseproxy.DialError
+	var he caddyhttp.HandlerError
+	// reverse_proxy's own 503 means "no upstreams available": GetUpstreams had no leader.
+	return errors.As(err, &dial) || errors.As(err, &he) && he.StatusCode == http.StatusServiceUnavailable
 }
 
 // forwardFailed turns a forward that got no answer from the leader within Hold (it died, or
 // went away before a successor was known) into what the client would see with no leader:
 // 503 with Retry-After.
 func (g *Gate) forwardFailed(w http.ResponseWriter, err error) error {
+	if err == nil {
+		return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+	}
 	var he caddyhttp.HandlerError
 	if errors.As(err, &he) && he.StatusCode >= 500 {
 		// %v, not %w: caddyhttp.Error would keep the wrapped error's status.

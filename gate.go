@@ -97,6 +97,15 @@ type Gate struct {
 	// not wait. The wait ends early when the client goes away. Default: 2s.
 	Hold *caddy.Duration `json:"hold,omitempty"`
 
+	// CancelOnLoss cancels the context of every admitted request the moment this
+	// instance's term ends (its lease deadline passes, or it learns it was deposed), so
+	// that upstream calls made for it are aborted. Off by default: cancelling cannot
+	// recall a request that already reached the backend (the fencing token protects
+	// against those), it turns an operation that might have completed into an ambiguous
+	// failure for the client, and it costs a cancellable context per request. Turn it on
+	// for long-lived leader-only work: websockets, long polls, streams.
+	CancelOnLoss bool `json:"cancel_on_loss,omitempty"`
+
 	// TransportRaw configures how `forward` reaches the leader, exactly like
 	// reverse_proxy's transport. Default: HTTP, with TLS when this instance's advertise
 	// URL is https (the fleet is expected to advertise one scheme).
@@ -107,6 +116,7 @@ type Gate struct {
 	hold         time.Duration
 	retryAfter   string
 	forwarder    *reverseproxy.Handler
+	counts       gateCounters
 	errNotLeader error
 	errNoLeader  error
 	errForwarded error
@@ -209,6 +219,7 @@ func checkFollower(follower string, status int) error {
 func (g *Gate) bind(e *elector.Election) {
 	g.election = e
 	g.placeholders = new(placeholderCache)
+	g.counts = newGateCounters(g.Election)
 	g.hold = time.Duration(*g.Hold)
 	secs := (time.Duration(g.RetryAfter) + time.Second - 1) / time.Second
 	g.retryAfter = strconv.FormatInt(int64(secs), 10)
@@ -227,9 +238,10 @@ func (g *Gate) provisionForwarder(ctx caddy.Context, app *App) error {
 		TransportRaw:     transport,
 		DynamicUpstreams: newLeaderUpstreams(g.Election, g.election, app.InstanceID),
 		LoadBalancing: &reverseproxy.LoadBalancing{
-			// Caddy retries only what cannot be sent twice: failed connections, and
-			// GET requests; a new leader is picked on every try.
-			TryDuration: caddy.Duration(max(g.hold, 100*time.Millisecond)),
+			// Short tries: Caddy retries failed connections (and GETs) and asks for the
+			// leader anew each time; between such rounds the gate's own hold loop looks
+			// whether this instance has won meanwhile.
+			TryDuration: caddy.Duration(min(max(g.hold, 100*time.Millisecond), 250*time.Millisecond)),
 			TryInterval: caddy.Duration(50 * time.Millisecond),
 		},
 		Headers: &headers.Handler{Request: &headers.HeaderOps{
@@ -268,12 +280,20 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		t, admitted = g.election.Enter()
 	}
 	if !admitted && !forwarded && g.hold > 0 && !t.Settled(time.Now()) {
+		g.counts.held.Inc()
 		t, admitted = g.holdForLeader(r.Context())
 	}
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	g.placeholders.set(repl, t, admitted)
 	if admitted {
+		g.counts.served.Inc()
 		defer g.election.Exit()
+		if g.CancelOnLoss {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			defer context.AfterFunc(t.Context(), cancel)()
+			r = r.WithContext(ctx)
+		}
 		return next.ServeHTTP(w, r)
 	}
 	if forwarded {
@@ -287,10 +307,12 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	case !leaderElsewhere:
 		return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
 	case g.Follower == FollowerRedirect:
+		g.counts.redirected.Inc()
 		w.Header().Set("Location", strings.TrimSuffix(t.Leader.URL, "/")+originalURI(r))
 		w.WriteHeader(g.StatusCode)
 		return nil
 	default:
+		g.counts.forwarded.Inc()
 		return g.forward(w, r, next)
 	}
 }
@@ -305,6 +327,7 @@ func (g *Gate) holdForLeader(ctx context.Context) (*elector.Term, bool) {
 }
 
 func (g *Gate) reject(w http.ResponseWriter, status int, err error) error {
+	g.counts.rejected.Inc()
 	w.Header().Set("Retry-After", g.retryAfter)
 	return caddyhttp.Error(status, err)
 }

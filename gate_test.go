@@ -323,3 +323,65 @@ func assertHandlerError(t *testing.T, err error, status int) {
 		t.Fatalf("status = %d, want %d", he.StatusCode, status)
 	}
 }
+
+func TestGateCancelOnLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster := etcdtest.Start(t, 1)
+	for _, tc := range []struct {
+		name         string
+		cancelOnLoss bool
+	}{
+		{"on_cancels_admitted_requests_when_the_term_ends", true},
+		{"off_leaves_admitted_requests_running", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			election := "cancel-" + fmt.Sprint(tc.cancelOnLoss)
+			leader, _ := leaderAndFollower(t, cluster.Endpoints(), election)
+			g := newGate(t, Gate{Election: election, CancelOnLoss: tc.cancelOnLoss}, leader.election)
+
+			running := make(chan context.Context, 1)
+			finish := make(chan struct{})
+			handler := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				running <- r.Context()
+				<-finish
+				return nil
+			})
+			served := make(chan error, 1)
+			go func() {
+				r, _ := gatedRequest(http.MethodPost, "/long")
+				served <- g.ServeHTTP(httptest.NewRecorder(), r, handler)
+			}()
+			reqCtx := <-running
+			admittedBy := leader.election.Term()
+
+			// An operator deletes the key: the leader learns it was deposed.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := cluster.Client(t).Delete(ctx, "/gate-test/"+election); err != nil {
+				t.Fatal(err)
+			}
+			if tc.cancelOnLoss {
+				select {
+				case <-reqCtx.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatal("the admitted request's context was not cancelled when the term ended")
+				}
+			} else {
+				select {
+				case <-admittedBy.Context().Done():
+				case <-time.After(5 * time.Second):
+					t.Fatal("the term did not end after its key was deleted")
+				}
+				if reqCtx.Err() != nil {
+					t.Fatal("cancel_on_loss is off, yet the request's context was cancelled")
+				}
+			}
+			close(finish)
+			if err := <-served; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

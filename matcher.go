@@ -72,3 +72,62 @@ var (
 	_ caddyhttp.RequestMatcherWithError = (*Matcher)(nil)
 	_ caddyhttp.RequestMatcher          = (*Matcher)(nil)
 )
+
+func init() {
+	caddy.RegisterModule(CandidateMatcher{})
+}
+
+// CandidateMatcher is the `leader_candidate` request matcher: it matches while this
+// instance is a healthy candidate of the election, whether it leads or not: it takes part,
+// and etcd has confirmed its lease recently enough that the lease deadline is still
+// ahead. It suits the health check of a load balancer that spreads traffic over every
+// instance able to serve or take over (with `leader_gate` forwarding the rest); for
+// active/passive routing, health-check with the `leader` matcher instead.
+type CandidateMatcher struct {
+	// Election is the name of the election. Default: `default`.
+	Election string `json:"election,omitempty"`
+
+	election *elector.Election
+}
+
+// CaddyModule returns the Caddy module information.
+func (CandidateMatcher) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.matchers.leader_candidate",
+		New: func() caddy.Module { return new(CandidateMatcher) },
+	}
+}
+
+// Provision implements caddy.Provisioner.
+func (m *CandidateMatcher) Provision(ctx caddy.Context) error {
+	if m.Election == "" {
+		m.Election = DefaultElection
+	}
+	if err := checkElectionName(m.Election); err != nil {
+		return fmt.Errorf("leader_candidate matcher: election: %v", err)
+	}
+	app, err := appFrom(ctx, "leader_candidate matcher")
+	if err != nil {
+		return err
+	}
+	m.election = app.election(m.Election)
+	return nil
+}
+
+// MatchWithError implements caddyhttp.RequestMatcherWithError.
+func (m *CandidateMatcher) MatchWithError(*http.Request) (bool, error) {
+	return m.election.Healthy(), nil
+}
+
+// Match implements caddyhttp.RequestMatcher.
+func (m *CandidateMatcher) Match(r *http.Request) bool {
+	ok, _ := m.MatchWithError(r)
+	return ok
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner                 = (*CandidateMatcher)(nil)
+	_ caddyhttp.RequestMatcherWithError = (*CandidateMatcher)(nil)
+	_ caddyhttp.RequestMatcher          = (*CandidateMatcher)(nil)
+)

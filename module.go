@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"go.uber.org/zap"
 
 	"github.com/caddyleader/caddy-leader/elector"
@@ -45,8 +46,8 @@ const (
 // instance's lease; its create revision is the term's fencing token.
 //
 // The candidacy survives config reloads: a reload that keeps the same endpoints, prefix,
-// ttl, instance_id, advertise and dial_timeout neither resigns nor campaigns again (a new
-// drain_timeout applies at once). On
+// ttl, instance_id, advertise, dial_timeout, tls (and its files' contents), username and
+// password neither resigns nor campaigns again (a new drain_timeout applies at once). On
 // shutdown the instance stops admitting gated requests, lets admitted ones finish (up to
 // drain_timeout) and revokes its lease so that another instance takes over at once.
 type App struct {
@@ -75,6 +76,28 @@ type App struct {
 
 	// DialTimeout bounds establishing a connection to an etcd endpoint. Default: 5s.
 	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
+
+	// TLS makes the connection to etcd use TLS with the given CA, client certificate and
+	// server name. With it, `host:port` endpoints use TLS too, and `http://` endpoints are
+	// an error rather than a silent plain-text connection. Without it, `https://` endpoints
+	// use TLS with the system's root CAs and no client certificate, and `http://` and
+	// `host:port` endpoints connect in plain text. The files are read when the config
+	// loads; a reload after they change starts a new candidacy that uses the new files.
+	// Default: none.
+	TLS *EtcdTLS `json:"tls,omitempty"`
+
+	// Username is the etcd user to log in as, for an etcd cluster with authentication
+	// enabled. The user's role needs readwrite permission on the keys under prefix, and
+	// nothing else. It requires password. Placeholders such as `{env.ETCD_USER}` are
+	// expanded. Default: no login (etcd can instead take the common name of the client
+	// certificate as the user name, when its members run with `--client-cert-auth`).
+	Username string `json:"username,omitempty"`
+
+	// Password is the password of username, which it requires. Give a placeholder such as
+	// `{env.ETCD_PASSWORD}` or `{file./run/secrets/etcd-password}` rather than the password
+	// itself, which anyone who can read Caddy's config (its admin API too) would see; a
+	// placeholder that expands to nothing is an error. It is never logged. Default: none.
+	Password string `json:"password,omitempty"`
 
 	// DrainTimeout bounds how long a leader that hands over (shutdown, resign, config
 	// without the election) waits for admitted gated requests to finish before it
@@ -125,7 +148,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := a.check(); err != nil {
 		return err
 	}
-	key, err := json.Marshal([]any{a.Endpoints, a.Prefix, a.TTL, a.InstanceID, a.Advertise, a.DialTimeout})
+	etcdTLS, secrets, err := a.loadSecurity()
+	if err != nil {
+		return err
+	}
+	key, err := json.Marshal([]any{a.Endpoints, a.Prefix, a.TTL, a.InstanceID, a.Advertise, a.DialTimeout, a.TLS, a.Username, secrets})
 	if err != nil {
 		return err
 	}
@@ -136,6 +163,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 			Prefix:      a.Prefix,
 			DialTimeout: time.Duration(a.DialTimeout),
 			Logger:      caddy.Log().Named("leader.etcd"),
+			TLS:         etcdTLS,
+			Username:    a.Username,
+			Password:    a.Password,
 		})
 		if err != nil {
 			return nil, err
@@ -158,6 +188,17 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.candidate = val.(pooledCandidate).Candidate
 	a.candidate.SetLogger(a.logger)
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("registering metrics: %v", err)
+	}
+	observer, err := newCandidateObserver(ctx)
+	if err != nil {
+		return fmt.Errorf("loading the events app: %v", err)
+	}
+	a.candidate.SetObserver(observer)
+	if err := observer.events.On("stopping", exitHandover{a}); err != nil {
+		return err
+	}
 	a.candidate.SetDrainTimeout(time.Duration(a.DrainTimeout))
 	for _, name := range a.Elections {
 		a.election(name)
@@ -173,6 +214,9 @@ func (a *App) expandAndDefault() error {
 	a.Prefix = repl.ReplaceKnown(a.Prefix, "")
 	a.InstanceID = repl.ReplaceKnown(a.InstanceID, "")
 	a.Advertise = repl.ReplaceKnown(a.Advertise, "")
+	if err := a.expandSecurity(repl); err != nil {
+		return err
+	}
 	if a.Prefix == "" {
 		a.Prefix = DefaultPrefix
 	}
@@ -217,6 +261,9 @@ func (a *App) check() error {
 	if a.DialTimeout < 0 {
 		return fmt.Errorf("dial_timeout: %s is negative", time.Duration(a.DialTimeout))
 	}
+	if err := a.checkSecurity(); err != nil {
+		return err
+	}
 	if a.DrainTimeout < 0 {
 		return fmt.Errorf("drain_timeout: %s is negative", time.Duration(a.DrainTimeout))
 	}
@@ -241,8 +288,10 @@ func (a *App) check() error {
 }
 
 func checkElectionName(name string) error {
-	if name == "" || strings.ContainsAny(name, " \t\r\n") {
-		return fmt.Errorf("election name %q must be non-empty and have no white space", name)
+	// Beside each election key live <key>/intent and <key>/candidates/: a slash in a
+	// name could make one election's key another's.
+	if name == "" || strings.ContainsAny(name, " \t\r\n/") {
+		return fmt.Errorf("election name %q must be non-empty and have no white space or slash", name)
 	}
 	return nil
 }
@@ -267,16 +316,36 @@ func (a *App) Start() error {
 	return nil
 }
 
+// exitHandover hands leadership over on Caddy's `stopping` event, which is emitted before
+// any app stops: when the process is exiting, leadership is handed over while the HTTP
+// server still serves, so that requests reaching this instance during its shutdown are
+// forwarded or redirected to the successor instead of failing.
+type exitHandover struct{ app *App }
+
+// Handle implements caddyevents.Handler.
+func (h exitHandover) Handle(context.Context, caddy.Event) error {
+	if caddy.Exiting() {
+		return h.app.leave()
+	}
+	return nil
+}
+
+// leave hands over every election and campaigns no more; Destruct revokes the lease.
+func (a *App) leave() error {
+	ctx, cancel := context.WithTimeout(context.Background(), a.candidate.HandoverTimeout())
+	defer cancel()
+	return a.candidate.Leave(ctx)
+}
+
 // Stop implements caddy.App. On a reload it does nothing: the next config keeps the
-// candidacy. When the process exits, it hands over at once, instead of after the HTTP
-// server's grace period, so that the fleet has a new leader as soon as possible.
+// candidacy. When the process exits it hands over (if the `stopping` event did not already),
+// instead of after the HTTP server's grace period, so that the fleet has a new leader as
+// soon as possible.
 func (a *App) Stop() error {
 	if !caddy.Exiting() {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), a.candidate.HandoverTimeout())
-	defer cancel()
-	return a.candidate.Close(ctx)
+	return a.leave()
 }
 
 // Cleanup implements caddy.CleanerUpper. It also runs after a failed Provision, so it
@@ -308,8 +377,9 @@ func appFrom(ctx caddy.Context, module string) (*App, error) {
 
 // Interface guards
 var (
-	_ caddy.App          = (*App)(nil)
-	_ caddy.Provisioner  = (*App)(nil)
-	_ caddy.CleanerUpper = (*App)(nil)
-	_ caddy.Destructor   = pooledCandidate{}
+	_ caddy.App           = (*App)(nil)
+	_ caddy.Provisioner   = (*App)(nil)
+	_ caddy.CleanerUpper  = (*App)(nil)
+	_ caddy.Destructor    = pooledCandidate{}
+	_ caddyevents.Handler = exitHandover{}
 )

@@ -26,6 +26,13 @@ Commands:
                           --config quickstart.Caddyfile). If ETCD_ENDPOINTS is unset and
                           nothing answers on 127.0.0.1:2379, it first starts a local
                           single-member etcd (cmd/etcd-local) and stops it on exit.
+  demo [--keep|--manual|--ci]
+                          Build ./caddy and ./etcd-local if needed, start a local etcd
+                          and three Caddy instances on 127.0.0.1 (demo/Caddyfile), and
+                          walk through a handover and a crash, timed. --keep: explore by
+                          hand afterwards; --manual: skip the walkthrough; --ci: no
+                          prompts or colors, check every step, exit non-zero on failure.
+                          DEMO_PORT_BASE sets the first port (default: 18080).
   help                    Show this message.
 
 Uses xcaddy from PATH if there is one, else 'go tool xcaddy' (the version pinned in go.mod).
@@ -53,12 +60,19 @@ build() {
 		xcaddy=(xcaddy)
 	fi
 
+	# Ctrl-C stops xcaddy too; that is no build failure to report.
+	local interrupted=false
+	trap 'interrupted=true' INT
 	# The @v0.0.0 is needed: without a version, xcaddy's `go get` asks the module proxy for
 	# the plugin's latest version despite the replacement, and the proxy may not serve it.
 	run_cmd "${xcaddy[@]}" build "$caddy_version" \
 		--output caddy \
 		--with "$plugin_module@v0.0.0=./" \
-		"$@"
+		"$@" || {
+		$interrupted && exit 130
+		die "building ./caddy failed; the output above says why"
+	}
+	trap - INT
 
 	check_modules
 }
@@ -79,13 +93,20 @@ check_modules() {
 	printf 'ok: ./caddy lists %s\n' "${plugin_modules[*]}"
 }
 
-# True when ./caddy is missing or any Go source or module file is newer than it.
+# True when the binary (default ./caddy) is missing or any Go source (tests aside) or module
+# file is newer than it.
 needs_build() {
-	[[ -x ./caddy ]] || return 0
+	local binary=${1:-./caddy}
+	[[ -x $binary ]] || return 0
 	local newer
 	newer=$(find . -path ./.git -prune -o \
-		\( -name '*.go' -o -name go.mod -o -name go.sum \) -newer ./caddy -print -quit)
+		\( -name '*.go' ! -name '*_test.go' -o -name go.mod -o -name go.sum \) -newer "$binary" -print -quit)
 	[[ -n $newer ]]
+}
+
+build_etcd_local() {
+	command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH; it is needed to build ./etcd-local (https://go.dev/doc/install)"
+	run_cmd go build -o ./etcd-local ./cmd/etcd-local || die "building ./etcd-local failed; the output above says why"
 }
 
 readonly local_etcd=127.0.0.1:2379
@@ -105,7 +126,7 @@ ensure_etcd() {
 		printf 'using the etcd already listening on %s\n' "$local_etcd"
 		return 0
 	fi
-	run_cmd go build -o ./etcd-local ./cmd/etcd-local
+	build_etcd_local
 	./etcd-local -listen "$local_etcd" &
 	etcd_pid=$!
 	local i
@@ -138,6 +159,26 @@ run() {
 	./caddy run "$@"
 }
 
+# Builds what the demo runs, only if it is missing or out of date, then hands over to
+# demo/demo.sh, which starts, walks through and stops everything.
+demo() {
+	local arg
+	for arg in "$@"; do
+		case $arg in
+		--ci | --keep | --manual) ;;
+		help | -h | --help) exec bash demo/demo.sh --help ;;
+		*) die "demo: unknown option '$arg' (see ./xcaddy.sh demo --help)" ;;
+		esac
+	done
+	if needs_build ./caddy; then
+		build
+	fi
+	if needs_build ./etcd-local; then
+		build_etcd_local
+	fi
+	exec bash demo/demo.sh "$@"
+}
+
 main() {
 	if (($# == 0)); then
 		usage >&2
@@ -152,6 +193,9 @@ main() {
 		;;
 	run)
 		run "$@"
+		;;
+	demo)
+		demo "$@"
 		;;
 	help | -h | --help)
 		usage

@@ -55,12 +55,13 @@ func TestEtcdFaults(t *testing.T) {
 
 		// StartInstance returns only once the admin API and the HTTP port answer: a silent
 		// etcd must not hold up Caddy's start.
-		in := StartInstance(t, "c0", Config{Endpoints: []string{proxy.URL()}, Variant: "v0"})
+		// No hold: with no leader known, a gated request would otherwise wait for one.
+		in := StartInstance(t, "c0", Config{Endpoints: []string{proxy.URL()}, Variant: "v0", Hold: "0s"})
 		end := time.Now().Add(ttl)
 		checks := 0
 		for checks == 0 || time.Now().Before(end) {
 			checks++
-			for _, path := range []string{"/gated", "/leader"} {
+			for _, path := range []string{"/gated", "/leader", "/health"} {
 				resp, err := in.Get(path)
 				if err != nil {
 					t.Fatalf("GET %s with etcd unreachable: %v", path, err)
@@ -85,5 +86,8 @@ func TestEtcdFaults(t *testing.T) {
 		defer poller.Stop()
 		s := poller.WaitServed(t, within, "after the heal", func(Served) bool { return true })
 		t.Logf("MEASURED leader after etcd became reachable: %v (token %d)", s.At.Sub(healed), s.Gated.Token)
+		if resp, err := in.Get("/health"); err != nil || resp.Status != http.StatusOK {
+			t.Errorf("GET /health once etcd answers: %v %d, want 200", err, resp.Status)
+		}
 	})
 }

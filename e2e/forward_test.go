@@ -33,19 +33,32 @@ type arrival struct {
 	ServedBy string
 	Token    int64
 	Marked   bool // still carried the forwarding mark: the gate should have removed it
+
+	At   time.Time // when it arrived here
+	Done time.Time // when its handler returned; zero until then (and for ws and upload)
+	// Cancelled is set when the request's context ended before its delay was over: the
+	// instance that sent it aborted the call.
+	Cancelled bool
+	// Entered and Admitted bound when the serving instance's gate admitted it (see
+	// Config.Backend); zero when the header is missing or unparsable.
+	Entered, Admitted time.Time
 }
 
 // recordingBackend is the application behind /gated: it records every request, echoes
-// websockets on /gated/ws, and answers uploads to /gated/upload with their SHA-256.
+// websockets on /gated/ws, and answers uploads to /gated/upload with their SHA-256. Other
+// paths answer after the delay set with setDelay, or after the request's `delay` query
+// parameter (a Go duration), unless the request is cancelled first.
 type recordingBackend struct {
 	srv      *httptest.Server
+	delay    atomic.Int64  // a time.Duration
+	quit     chan struct{} // closed when the test ends: delayed requests are answered at once
 	mu       sync.Mutex
 	arrivals []arrival
 }
 
 func startBackend(t *testing.T) *recordingBackend {
 	t.Helper()
-	b := &recordingBackend{}
+	b := &recordingBackend{quit: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle("/gated/ws", websocket.Handler(func(c *websocket.Conn) { _, _ = io.Copy(c, c) }))
 	mux.HandleFunc("/gated/upload", func(w http.ResponseWriter, r *http.Request) {
@@ -58,26 +71,78 @@ func startBackend(t *testing.T) *recordingBackend {
 		fmt.Fprint(w, hex.EncodeToString(h.Sum(nil)))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		a := b.record(r)
-		fmt.Fprintf(w, "%s %d", a.ServedBy, a.Token)
+		a, i := b.record(r)
+		// Go's server notices a client going away only once the body has been read.
+		_, _ = io.Copy(io.Discard, r.Body)
+		delay := time.Duration(b.delay.Load())
+		if d, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil {
+			delay = d
+		}
+		cancelled := false
+		if delay > 0 {
+			timer := time.NewTimer(delay)
+			select {
+			case <-timer.C:
+			case <-b.quit:
+				timer.Stop()
+			case <-r.Context().Done():
+				timer.Stop()
+				cancelled = true
+			}
+		}
+		if !cancelled {
+			fmt.Fprintf(w, "%s %d", a.ServedBy, a.Token)
+		}
+		b.finish(i, cancelled)
 	})
 	b.srv = httptest.NewServer(mux)
-	t.Cleanup(b.srv.Close)
+	t.Cleanup(func() {
+		close(b.quit)
+		b.srv.Close()
+	})
 	return b
 }
 
-func (b *recordingBackend) record(r *http.Request) arrival {
+// record logs r's arrival and returns it with its index in the log.
+func (b *recordingBackend) record(r *http.Request) (arrival, int) {
 	token, _ := strconv.ParseInt(r.Header.Get("X-Fencing-Token"), 10, 64)
 	a := arrival{
 		ReqID:    r.Header.Get("X-Req-Id"),
 		ServedBy: r.Header.Get("X-Served-By"),
 		Token:    token,
 		Marked:   r.Header.Get("Caddy-Leader-Forwarded-By") != "",
+		Entered:  parseStamp(r.Header.Get("X-Gate-Entered")),
+		Admitted: parseStamp(r.Header.Get("X-Admitted-At")),
 	}
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	a.At = time.Now() // under the lock, so that the log is in order of arrival
 	b.arrivals = append(b.arrivals, a)
-	b.mu.Unlock()
-	return a
+	return a, len(b.arrivals) - 1
+}
+
+// finish records that the request logged at index i has been answered or was cancelled.
+func (b *recordingBackend) finish(i int, cancelled bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.arrivals[i].Done = time.Now()
+	b.arrivals[i].Cancelled = cancelled
+}
+
+// setDelay makes every request (without a delay parameter) wait d before it is answered.
+func (b *recordingBackend) setDelay(d time.Duration) { b.delay.Store(int64(d)) }
+
+// parseStamp reads a `{time.now}` placeholder's value, Go's time.Time String format
+// (with the monotonic reading, which is dropped); zero if it cannot.
+func parseStamp(v string) time.Time {
+	if i := strings.Index(v, " m="); i >= 0 {
+		v = v[:i]
+	}
+	t, err := time.Parse("2006-01-02 15:04:05.999999999 -0700 MST", v)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 func (b *recordingBackend) log() []arrival {

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"testing"
 
@@ -56,6 +57,16 @@ func TestGate(t *testing.T) {
 			}
 			if resp.Status != want {
 				t.Errorf("%s: GET /leader (leader matcher) = %d %q, want %d", in, resp.Status, resp.Body, want)
+			}
+			// Load balancers often health-check with HEAD: the same status, no body.
+			for path, want := range map[string]int{"/leader": want, "/health": http.StatusOK} {
+				resp, err := in.Do(context.Background(), http.MethodHead, path, nil)
+				if err != nil {
+					t.Fatalf("%s: HEAD %s: %v", in, path, err)
+				}
+				if resp.Status != want || resp.Body != "" {
+					t.Errorf("%s: HEAD %s = %d with %d body bytes, want %d and none", in, path, resp.Status, len(resp.Body), want)
+				}
 			}
 		}
 		if served != 1 {

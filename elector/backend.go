@@ -60,9 +60,38 @@ type Backend interface {
 	// Update replaces the value of the election's key, keeping its lease, if its token is
 	// still token; it reports whether it did.
 	Update(ctx context.Context, election string, token int64, value []byte) (bool, error)
-	// Release deletes the election's key if its token is still token, so that a deposed
+	// Acknowledge records that the holder of term token (under lease) has stopped acting
+	// as leader, so that its successor may start (see Released).
+	Acknowledge(ctx context.Context, election string, token int64, lease LeaseID) error
+	// Released reports whether the holder of term token (under lease) is known to have
+	// stopped acting as leader: it acknowledged so, or its lease no longer exists.
+	Released(ctx context.Context, election string, token int64, lease LeaseID) (bool, error)
+	// Release deletes the election's key if its token is still token, and acknowledges
+	// the end of that term (as Acknowledge) in the same transaction, so that a deposed
 	// leader can never delete its successor's key.
-	Release(ctx context.Context, election string, token int64) error
+	Release(ctx context.Context, election string, token int64, lease LeaseID) error
+	// Announce records that candidate id stands in the election, for as long as lease
+	// lives, so that a transfer can tell a live candidate from a typo.
+	Announce(ctx context.Context, election, id string, lease LeaseID) error
+	// Candidates lists the ids that stand in the election now.
+	Candidates(ctx context.Context, election string) ([]string, error)
+	// SetIntent publishes a request to the election's candidates (resign, transfer); it
+	// disappears by itself after ttl.
+	SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error
+	// ClearIntent deletes the election's intent.
+	ClearIntent(ctx context.Context, election string) error
+	// WatchIntent reports the election's current intent (nil when there is none) and
+	// every later change, until ctx ends (the channel is then closed) or the watch breaks
+	// (one IntentChange with Err, then the channel is closed).
+	WatchIntent(ctx context.Context, election string) <-chan IntentChange
 	// Close releases the backend's connections. It does not revoke anything.
 	Close() error
+}
+
+// IntentChange is an election's intent as a watch reports it.
+type IntentChange struct {
+	// Value is the intent, nil when there is none.
+	Value []byte
+	// Err is set (and nothing else) when the watch broke.
+	Err error
 }

@@ -46,6 +46,7 @@ type Candidate struct {
 	logger         atomic.Pointer[zap.Logger]
 	trouble        troubleLog
 	lastContact    atomic.Int64 // Unix nanoseconds of the last successful grant or renewal
+	observer       atomic.Pointer[observerBox]
 
 	ctx    context.Context // cancelled by Close: ends every loop
 	cancel context.CancelFunc
@@ -299,13 +300,18 @@ func (c *Candidate) setLease(l *lease) {
 	c.mu.Unlock()
 }
 
-// ours reports whether id is a lease of this process: this candidate's, current or just
-// given up, or another candidacy's of this process that is being replaced.
-func (c *Candidate) ours(id LeaseID) bool {
+// own reports whether id is this candidate's lease, current or just given up: under
+// either, this candidate admits nothing it does not know about.
+func (c *Candidate) own(id LeaseID) bool {
 	c.mu.Lock()
-	mine := (c.current != nil && c.current.id == id) || c.abandoned == id
-	c.mu.Unlock()
-	if mine {
+	defer c.mu.Unlock()
+	return (c.current != nil && c.current.id == id) || c.abandoned == id
+}
+
+// ours reports whether id is a lease of this process: this candidate's own, or another
+// candidacy's of this process that is being replaced (not a duplicate instance_id).
+func (c *Candidate) ours(id LeaseID) bool {
+	if c.own(id) {
 		return true
 	}
 	_, sibling := processLeases.Load(id)
@@ -336,7 +342,7 @@ func (c *Candidate) keepLease(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.trouble.failed(c.log(), "grant", err)
+			c.storeFailed("grant", err)
 			if !retry.wait(ctx) {
 				return
 			}
@@ -398,7 +404,7 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 		case errors.Is(err, ErrLeaseNotFound):
 			return "lease expired in the store"
 		case err != nil:
-			c.trouble.failed(c.log(), "renew", err)
+			c.storeFailed("renew", err)
 			next = c.now().Add(retryAfter)
 		default:
 			c.trouble.succeeded(c.log())
@@ -409,10 +415,14 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 	}
 }
 
-// troubleLog logs the store going away and coming back once each, not every failed retry.
+// troubleLog logs the store going away and coming back, not every failed retry: at most
+// one WARN every 30s, even when one kind of request keeps failing between successes of
+// another (a campaign denied while renewals go through), and one INFO when requests
+// succeed again after a logged failure.
 type troubleLog struct {
 	mu       sync.Mutex
 	failing  bool
+	warned   bool // a WARN was logged since the last success
 	failures int
 	lastLog  time.Time
 }
@@ -423,21 +433,22 @@ func (t *troubleLog) failed(l *zap.Logger, op string, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.failures++
-	if !t.failing || time.Since(t.lastLog) >= troubleRepeat {
+	t.failing = true
+	if t.lastLog.IsZero() || time.Since(t.lastLog) >= troubleRepeat {
 		l.Warn("etcd request failing; gated routes fail closed while the lease is not confirmed",
 			zap.String("op", op), zap.Int("failures", t.failures), zap.Error(err))
 		t.lastLog = time.Now()
+		t.warned = true
 	}
-	t.failing = true
 }
 
 func (t *troubleLog) succeeded(l *zap.Logger) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.failing {
+	if t.failing && t.warned {
 		l.Info("etcd reachable again", zap.Int("failed_requests", t.failures))
 	}
-	t.failing, t.failures = false, 0
+	t.failing, t.warned, t.failures = false, false, 0
 }
 
 // forever is a hold-off that outlasts any process.

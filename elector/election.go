@@ -24,10 +24,28 @@ type Election struct {
 	// lastForwarded is when (Unix ns) a forwarded request last arrived during a handover.
 	lastForwarded atomic.Int64
 
-	mu        sync.Mutex    // serialises publishing and the fields below
-	changed   chan struct{} // closed and replaced on every published change
-	handing   bool          // handing over: hold the key without admitting
-	holdUntil time.Time     // campaign no sooner than this (after a resign)
+	mu        sync.Mutex         // serialises publishing and the fields below
+	changed   chan struct{}      // closed and replaced on every published change
+	endTerm   context.CancelFunc // ends the Context of the term this instance holds
+	handing   bool               // handing over: hold the key without admitting
+	holdUntil time.Time          // campaign no sooner than this (after a resign)
+	// standAsideFor names the instance a transfer goes to; until it is done (or times
+	// out) this instance does not campaign.
+	standAsideFor string
+	// resignReason is the reason published when a resign lets go of the key.
+	resignReason string
+	// prev is the last term held by someone else that this instance saw, and settling
+	// the token of this instance's own term while it waits for prev to be over.
+	prev struct {
+		token int64
+		lease LeaseID
+	}
+	settling int64
+	// transferHere is set while a transfer to this instance is pending: winning the key
+	// completes it, and the intent is then cleared so that the others campaign again.
+	transferHere bool
+
+	announced LeaseID // the lease under which this candidate last announced itself (loop only)
 
 	users     int // guarded by c.mu
 	startOnce sync.Once
@@ -45,7 +63,7 @@ func newElection(c *Candidate, name string) *Election {
 		done:    make(chan struct{}),
 		resync:  make(chan struct{}, 1),
 	}
-	e.term.Store(&Term{Election: name, Self: c.cfg.ID, Reason: "starting", At: c.now()})
+	e.term.Store(&Term{Election: name, Self: c.cfg.ID, Reason: "starting", At: c.now(), end: ended})
 	return e
 }
 
@@ -122,6 +140,28 @@ func (e *Election) WaitSettled(ctx context.Context) (*Term, bool) {
 	}
 }
 
+// Healthy reports whether this instance is a working candidate of the election: it takes
+// part (it has not left), and the store has confirmed its lease recently enough that the
+// lease deadline is still ahead. A health check for a load balancer that should send
+// traffic to every instance able to take over can use it.
+func (e *Election) Healthy() bool {
+	select {
+	case <-e.done:
+		return false // stopped
+	default:
+	}
+	e.mu.Lock()
+	leaving := e.holdUntil.Sub(e.c.now()) > forever/2
+	e.mu.Unlock()
+	if leaving {
+		return false
+	}
+	e.c.mu.Lock()
+	l := e.c.current
+	e.c.mu.Unlock()
+	return l != nil && l.valid(e.c.now())
+}
+
 // Exit ends a request admitted by Enter.
 func (e *Election) Exit() { e.inflight.Add(-1) }
 
@@ -142,10 +182,14 @@ func (e *Election) Start() {
 		e.mu.Lock()
 		e.cancel = cancel
 		e.mu.Unlock()
-		e.c.loops.Add(1)
+		e.c.loops.Add(2)
 		go func() {
 			defer e.c.loops.Done()
 			e.run(ctx)
+		}()
+		go func() {
+			defer e.c.loops.Done()
+			e.followIntents(ctx)
 		}()
 	})
 }
@@ -164,6 +208,9 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	e.mu.Lock()
 	e.holdUntil = e.c.now().Add(holdOff)
 	e.handing = true
+	if e.resignReason == "" {
+		e.resignReason = "resigned"
+	}
 	t := e.term.Load()
 	if t.lease != nil {
 		e.publishLocked(t.Leader, t.Token, t.lease, "handing over")
@@ -172,6 +219,7 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	defer func() {
 		e.mu.Lock()
 		e.handing = false
+		e.resignReason = ""
 		e.mu.Unlock()
 	}()
 	if t.lease == nil {
@@ -183,15 +231,15 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	announced := e.announceHandover(ctx, t)
 	e.drain(ctx, announced)
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
-	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token)
+	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token, t.lease.id)
 	cancel()
 	if err != nil {
-		e.c.trouble.failed(e.c.log(), "release", err)
+		e.c.storeFailed("release", err)
 		return err
 	}
 	e.mu.Lock()
 	if cur := e.term.Load(); cur.lease != nil && cur.Token == t.Token {
-		e.publishLocked(Record{}, 0, nil, "resigned")
+		e.publishLocked(Record{}, 0, nil, e.resignedReasonLocked())
 	}
 	e.mu.Unlock()
 	return nil
@@ -216,6 +264,14 @@ func (e *Election) announceHandover(ctx context.Context, t *Term) time.Time {
 		return time.Time{}
 	}
 	return time.Now()
+}
+
+// resignedReasonLocked is why a handover let go of the key: resigned or transferred.
+func (e *Election) resignedReasonLocked() string {
+	if e.resignReason != "" {
+		return e.resignReason
+	}
+	return "resigned"
 }
 
 // drain waits until no admitted request is in flight and the grace after the handover was
@@ -274,9 +330,14 @@ func (e *Election) kick() {
 	}
 }
 
+// heldOff reports whether this instance must stay out of the election now, and for how
+// long at most (forever while it stands aside for a transfer, which kick ends).
 func (e *Election) heldOff() (time.Duration, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.standAsideFor != "" {
+		return forever, true
+	}
 	d := e.holdUntil.Sub(e.c.now())
 	return d, d > 0
 }
@@ -291,6 +352,7 @@ func (e *Election) run(ctx context.Context) {
 		if l == nil {
 			return
 		}
+		e.announce(ctx, l)
 		obs, err := e.read(ctx, l)
 		if err == nil {
 			retry.reset()
@@ -307,7 +369,7 @@ func (e *Election) run(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			e.c.trouble.failed(e.c.log(), "campaign", err)
+			e.c.storeFailed("campaign", err)
 			e.lostContact(l)
 			if !e.pause(ctx, l, retry) {
 				return
@@ -396,11 +458,17 @@ func (e *Election) observe(o Observation, l *lease) {
 	h := o.Holder
 	if h == nil {
 		reason := "key vacant"
-		if old.lease != nil {
+		switch {
+		case old.lease != nil && e.handing:
+			reason = e.resignedReasonLocked() // our own release, seen through the watch first
+		case old.lease != nil:
 			reason = "key deleted"
 		}
 		if old.LeaderKnown() || old.lease != nil || old.Reason == "starting" {
 			e.publishLocked(Record{}, 0, nil, reason)
+		}
+		if old.lease != nil && !e.handing {
+			e.acknowledgeEnd(old)
 		}
 		return
 	}
@@ -425,12 +493,27 @@ func (e *Election) observe(o Observation, l *lease) {
 	if old.lease == mine && old.Token == h.Token && old.Leader == rec {
 		return // nothing new
 	}
+	if mine == nil {
+		e.prev.token, e.prev.lease = h.Token, h.Lease
+	} else if old.lease != mine || old.Token != h.Token {
+		// A new term of ours. If the key was taken from a holder whose lease may still
+		// be alive (an operator deleted the key, say), that holder may not have noticed
+		// yet: admit nothing until it is confirmed to have stopped.
+		if e.prev.token != 0 && e.prev.token != h.Token && !e.c.own(e.prev.lease) {
+			e.settling = h.Token
+			go e.settle(h.Token, e.prev.token, e.prev.lease)
+		}
+	}
 	var reason string
 	switch {
 	case mine != nil && old.lease == mine && old.Token == h.Token:
 		reason = "leader record updated"
 	case mine != nil:
 		reason = "elected"
+		if e.transferHere {
+			e.transferHere = false
+			go e.clearIntent(e.c.ctx)
+		}
 	case old.lease != nil:
 		reason = "key taken over"
 	case old.Token == h.Token && rec.HandingOver:
@@ -441,6 +524,9 @@ func (e *Election) observe(o Observation, l *lease) {
 		reason = "new leader observed"
 	}
 	e.publishLocked(rec, h.Token, mine, reason)
+	if old.lease != nil && mine == nil && !e.handing {
+		e.acknowledgeEnd(old)
+	}
 }
 
 // loseLease steps down because the lease under which the key was held is gone.
@@ -472,19 +558,39 @@ func (e *Election) publishAlone(reason string) {
 // publishLocked makes a new Term current and wakes whoever waits for a change. e.mu is held.
 func (e *Election) publishLocked(leader Record, token int64, held *lease, reason string) {
 	old := e.term.Load()
+	if held == nil {
+		e.settling = 0 // no term of ours to settle any more
+	}
 	t := &Term{
 		Election: e.name,
 		Self:     e.c.cfg.ID,
 		Leader:   leader,
 		Token:    token,
 		Draining: held != nil && e.handing,
+		Settling: held != nil && token == e.settling,
 		Reason:   reason,
 		At:       e.c.now(),
 		lease:    held,
+		end:      ended,
+	}
+	switch {
+	case held != nil && old.lease == held && old.Token == token:
+		t.end = old.end // the same term goes on
+	default:
+		if e.endTerm != nil {
+			e.endTerm()
+			e.endTerm = nil
+		}
+		if held != nil {
+			t.end, e.endTerm = context.WithCancel(context.Background())
+		}
 	}
 	e.term.Store(t)
 	close(e.changed)
 	e.changed = make(chan struct{})
+	if o := e.c.observe(); o != nil {
+		o.TermChanged(e, old, t)
+	}
 
 	log := e.c.log()
 	fields := []zap.Field{
@@ -492,7 +598,9 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 		zap.String("leader", t.Leader.ID), zap.Int64("token", t.Token), zap.String("reason", reason),
 	}
 	switch {
-	case held != nil && old.lease == nil:
+	case held != nil && t.Settling && old.lease == nil:
+		log.Info("won the election; waiting for the previous leader to stop", fields...)
+	case held != nil && !t.Settling && (old.lease == nil || old.Settling):
 		log.Info("became leader", fields...)
 	case held == nil && old.lease != nil:
 		log.Info("stepped down", fields...)
@@ -501,4 +609,58 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 	case t.Leader.ID != old.Leader.ID || t.Token != old.Token:
 		log.Info("leader changed", fields...)
 	}
+}
+
+// settle waits until the holder of the previous term (prevToken under prevLease) is known
+// to have stopped, then lets this instance's term (token) admit. The previous holder
+// acknowledges as soon as its watch shows it the key is gone and its admitted requests
+// are done; if it cannot (it is cut off), its lease runs out, and its own deadline came
+// before that. Either way there is no moment at which both admit.
+func (e *Election) settle(token, prevToken int64, prevLease LeaseID) {
+	retry := newBackoff(10*time.Millisecond, 250*time.Millisecond)
+	for {
+		rctx, cancel := context.WithTimeout(e.c.ctx, e.c.requestTimeout)
+		released, err := e.c.cfg.Backend.Released(rctx, e.name, prevToken, prevLease)
+		cancel()
+		e.mu.Lock()
+		if e.settling != token {
+			e.mu.Unlock()
+			return // the term ended meanwhile
+		}
+		if released {
+			e.settling = 0
+			if cur := e.term.Load(); cur.lease != nil && cur.Token == token {
+				e.publishLocked(cur.Leader, cur.Token, cur.lease, "elected")
+			}
+			e.mu.Unlock()
+			return
+		}
+		e.mu.Unlock()
+		if err != nil {
+			e.c.storeFailed("settle", err)
+		}
+		if !retry.wait(e.c.ctx) {
+			return
+		}
+	}
+}
+
+// acknowledgeEnd records, once this instance's admitted requests of the ended term are
+// done, that it stopped acting as leader of that term, so that a successor that is
+// waiting (see settle) may start.
+func (e *Election) acknowledgeEnd(ended *Term) {
+	go func() {
+		ctx, cancel := context.WithTimeout(e.c.ctx, e.c.HandoverTimeout())
+		defer cancel()
+		e.drain(ctx, time.Time{})
+		retry := newBackoff(50*time.Millisecond, time.Second)
+		for {
+			rctx, rcancel := context.WithTimeout(ctx, e.c.requestTimeout)
+			err := e.c.cfg.Backend.Acknowledge(rctx, e.name, ended.Token, ended.lease.id)
+			rcancel()
+			if err == nil || !retry.wait(ctx) {
+				return
+			}
+		}
+	}()
 }

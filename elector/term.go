@@ -1,6 +1,7 @@
 package elector
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 )
@@ -46,6 +47,9 @@ type Term struct {
 	// Draining is set while this instance holds the key but is handing it over: it admits
 	// no new gated request and waits for the admitted ones to finish.
 	Draining bool
+	// Settling is set while this instance has just taken the key but the previous holder
+	// has not yet been confirmed to have stopped (see Election): it admits nothing yet.
+	Settling bool
 	// Reason says why this snapshot was published ("elected", "key deleted", ...).
 	Reason string
 	// At is when this snapshot was published, by the local clock.
@@ -53,7 +57,22 @@ type Term struct {
 
 	// lease is the lease under which this instance holds the key; nil when it does not.
 	lease *lease
+	// end is cancelled when this instance's hold of the key ends; already cancelled
+	// for a Term that does not hold it.
+	end context.Context
 }
+
+// Context is cancelled the moment this instance's term ends: its lease ran out (at the
+// deadline, even with etcd unreachable), or the key was deleted, taken over or released.
+// Work done for the leader can tie itself to it so that it stops when leadership does.
+func (t *Term) Context() context.Context { return t.end }
+
+// ended is the Context of every Term that does not hold the key.
+var ended = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // Holds reports whether this instance holds the election key (whether or not it may admit).
 func (t *Term) Holds() bool { return t.lease != nil }
@@ -62,7 +81,7 @@ func (t *Term) Holds() bool { return t.lease != nil }
 // handing it over, and its lease deadline is ahead on both clocks. This is the check every
 // gated request passes through.
 func (t *Term) Leading(now time.Time) bool {
-	return t.lease != nil && !t.Draining && t.lease.valid(now)
+	return t.lease != nil && !t.Draining && !t.Settling && t.lease.valid(now)
 }
 
 // LeaseRemaining is how long this instance's lease deadline is still ahead of now while it

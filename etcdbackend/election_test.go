@@ -421,3 +421,38 @@ func watchUnchanged(t *testing.T, f *fleet, leader *node, token int64, d time.Du
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestOperatorDeleteNeverGivesTwoLeaders deletes the key while the leader's link to etcd is
+// slow, so that it learns of the deletion late: the follower that takes the key must not
+// admit until the old leader has stopped (the fleet's watchdog fails the test otherwise).
+func TestOperatorDeleteNeverGivesTwoLeaders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	// The slow link must not cost the leader its lease: ttl 5s against a 0.8s round trip.
+	const ttl = 5 * time.Second
+	cluster := etcdtest.Start(t, 1)
+	f := startFleet(t, cluster, fleetOptions{size: 3, ttl: ttl, election: "slow-delete"})
+	leader, token := f.waitLeader(ttl + 5*time.Second)
+	for _, p := range leader.proxies {
+		p.Delay(400 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cluster.Client(t).Delete(ctx, testPrefix+"slow-delete"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(ttl)
+	for {
+		for _, n := range f.nodes {
+			if tok := n.election.Term().Token; n.leading() && tok > token {
+				t.Logf("%s leads term %d after the delete (was %s, term %d)", n.id, tok, leader.id, token)
+				return // the watchdog, at cleanup, says whether two ever admitted at once
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new term after the key was deleted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

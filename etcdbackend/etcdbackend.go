@@ -4,6 +4,7 @@ package etcdbackend
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -32,17 +33,50 @@ type Config struct {
 	DialTimeout time.Duration
 	// Logger receives the etcd client's own errors; nil discards them.
 	Logger *zap.Logger
+
+	// TLS, if not nil, makes the client connect with TLS to https:// and host:port
+	// endpoints (see LoadTLS); http:// endpoints are then refused. If nil, https://
+	// endpoints use TLS with the system's root CAs and no client certificate.
+	TLS *tls.Config
+	// Username and Password log in to etcd (both or neither). The client fetches a token
+	// when it connects and fetches a new one whenever etcd rejects the old one.
+	Username string
+	Password string
 }
 
 // Backend talks to one etcd cluster. It connects lazily, on its first request, so that
 // creating one (as Caddy does when it validates a config) costs nothing and an unreachable
 // cluster never blocks a start: requests fail and the elector retries.
+//
+// Connecting with a username includes logging in, which can fail (wrong password, TLS
+// refused) or wait for an unreachable cluster. A failed connect is not kept: the next
+// request connects again. A request never waits for a connect longer than its context
+// allows; the connect goes on, and a later request gets its client.
 type Backend struct {
 	cfg Config
+	tls *tls.Config // what the client uses: cfg.TLS, or the system roots for https://
 
-	mu     sync.Mutex
-	cli    *clientv3.Client
-	closed bool
+	// ctx ends a connect in progress when the backend is closed.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu         sync.Mutex
+	cli        *clientv3.Client
+	connecting *connectAttempt // nil when no connect is in progress
+	lastErr    error           // why the last connect failed, until one succeeds
+	loggedErr  string          // the connect failure last logged here, until one succeeds
+	closed     bool
+	connects   sync.WaitGroup
+
+	tlsFailure tlsFailureLog
+}
+
+// connectAttempt is one run of clientv3.New; its result is set before done is closed.
+type connectAttempt struct {
+	done    chan struct{}
+	cli     *clientv3.Client
+	err     error
+	waiting int // requests still waiting for the result; guarded by Backend.mu
 }
 
 var _ elector.Backend = (*Backend)(nil)
@@ -60,10 +94,18 @@ func New(cfg Config) (*Backend, error) {
 			return nil, err
 		}
 	}
+	if err := CheckSchemes(cfg.Endpoints); err != nil {
+		return nil, fmt.Errorf("etcdbackend: %w", err)
+	}
+	if err := CheckSecurity(cfg.Endpoints, cfg.TLS != nil, cfg.Username, cfg.Password); err != nil {
+		return nil, fmt.Errorf("etcdbackend: %w", err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Backend{cfg: cfg}, nil
+	b := &Backend{cfg: cfg, tls: effectiveTLS(cfg)}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
 }
 
 // CheckEndpoint reports whether ep is an etcd client URL with an http or https scheme and a
@@ -96,18 +138,88 @@ func CheckEndpoint(ep string) error {
 // Key is the etcd key of an election.
 func (b *Backend) Key(election string) string { return b.cfg.Prefix + election }
 
-func (b *Backend) client() (*clientv3.Client, error) {
+// client returns the connected client, connecting first if there is none. It waits for a
+// connect at most until ctx ends.
+func (b *Backend) client(ctx context.Context) (*clientv3.Client, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return nil, ErrClosed
 	}
 	if b.cli != nil {
-		return b.cli, nil
+		cli := b.cli
+		b.mu.Unlock()
+		return cli, nil
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	a := b.connecting
+	if a == nil {
+		a = &connectAttempt{done: make(chan struct{})}
+		b.connecting = a
+		b.connects.Add(1)
+		go b.connect(a)
+	}
+	a.waiting++
+	last := b.lastErr
+	b.mu.Unlock()
+
+	select {
+	case <-a.done:
+		return a.cli, a.err
+	case <-ctx.Done():
+		b.mu.Lock()
+		a.waiting--
+		b.mu.Unlock()
+		if last != nil {
+			return nil, fmt.Errorf("still connecting to etcd after the last attempt failed: %w", last)
+		}
+		// A login waits for a connection that a failed TLS handshake never gives it.
+		return nil, b.describe(fmt.Errorf("connecting to etcd: %w", ctx.Err()))
+	}
+}
+
+// connect runs one clientv3.New, which logs in when a username is set, and keeps the
+// client if it succeeds.
+//
+// A failure that every waiting request gave up on before it came (a slow login, a TLS
+// handshake that never completes) would reach the log only as their "deadline exceeded",
+// so it is logged here, once until a connect succeeds or the reason changes.
+func (b *Backend) connect(a *connectAttempt) {
+	defer b.connects.Done()
+	cli, err := b.newClient()
+	err = b.describe(err)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.connecting = nil
+	if err == nil && b.closed {
+		cli.Close()
+		cli, err = nil, ErrClosed
+	}
+	switch {
+	case err == nil:
+		b.cli, b.lastErr, b.loggedErr = cli, nil, ""
+	case b.closed:
+		b.lastErr = err
+	default:
+		b.lastErr = err
+		if a.waiting == 0 && err.Error() != b.loggedErr {
+			b.loggedErr = err.Error()
+			b.cfg.Logger.Warn("could not connect to etcd; requests fail until a connect succeeds", zap.Error(err))
+		}
+	}
+	a.cli, a.err = cli, err
+	close(a.done)
+}
+
+func (b *Backend) newClient() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
 		Endpoints:   b.cfg.Endpoints,
 		DialTimeout: b.cfg.DialTimeout,
+		TLS:         b.tls,
+		Username:    b.cfg.Username,
+		Password:    b.cfg.Password,
+		// Close ends a login that waits for an unreachable cluster.
+		Context:     b.ctx,
+		DialOptions: b.dialOptions(),
 		// gRPC keepalives notice a silently dead connection so the client moves to another
 		// member; etcd refuses pings more often than every 5s by default.
 		DialKeepAliveTime:    5 * time.Second,
@@ -117,11 +229,6 @@ func (b *Backend) client() (*clientv3.Client, error) {
 		// etcd trouble once per outage, so only the client's errors are worth passing on.
 		Logger: b.cfg.Logger.WithOptions(zap.IncreaseLevel(zapcore.ErrorLevel)),
 	})
-	if err != nil {
-		return nil, err
-	}
-	b.cli = cli
-	return cli, nil
 }
 
 // leaderCtx makes requests fail fast on a member cut off from the raft leader, instead of
@@ -130,33 +237,33 @@ func leaderCtx(ctx context.Context) context.Context { return clientv3.WithRequir
 
 // Grant implements elector.Backend. etcd leases have whole-second TTLs, so ttl is rounded up.
 func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID, time.Duration, error) {
-	cli, err := b.client()
+	cli, err := b.client(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
 	resp, err := cli.Grant(leaderCtx(ctx), int64(math.Ceil(ttl.Seconds())))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, b.describe(err)
 	}
 	return elector.LeaseID(resp.ID), time.Duration(resp.TTL) * time.Second, nil
 }
 
 // Renew implements elector.Backend.
 func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration, error) {
-	cli, err := b.client()
+	cli, err := b.client(ctx)
 	if err != nil {
 		return 0, err
 	}
 	resp, err := cli.KeepAliveOnce(leaderCtx(ctx), clientv3.LeaseID(id))
 	if err != nil {
-		return 0, mapLeaseErr(err)
+		return 0, b.describe(mapLeaseErr(err))
 	}
 	return time.Duration(resp.TTL) * time.Second, nil
 }
 
 // Revoke implements elector.Backend. Revoking a lease that is already gone is not an error.
 func (b *Backend) Revoke(ctx context.Context, id elector.LeaseID) error {
-	cli, err := b.client()
+	cli, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
@@ -164,7 +271,7 @@ func (b *Backend) Revoke(ctx context.Context, id elector.LeaseID) error {
 	if errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
 		return nil
 	}
-	return err
+	return b.describe(err)
 }
 
 func mapLeaseErr(err error) error {
@@ -177,7 +284,7 @@ func mapLeaseErr(err error) error {
 // Campaign implements elector.Backend with one transaction:
 // if CreateRevision(key) == 0 then Put(key, value, lease) else Get(key).
 func (b *Backend) Campaign(ctx context.Context, election string, value []byte, lease elector.LeaseID) (elector.Observation, error) {
-	cli, err := b.client()
+	cli, err := b.client(ctx)
 	if err != nil {
 		return elector.Observation{}, err
 	}
@@ -188,7 +295,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		return elector.Observation{}, mapLeaseErr(err)
+		return elector.Observation{}, b.describe(mapLeaseErr(err))
 	}
 	rev := resp.Header.Revision
 	if resp.Succeeded {
@@ -200,13 +307,13 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 
 // Observe implements elector.Backend.
 func (b *Backend) Observe(ctx context.Context, election string) (elector.Observation, error) {
-	cli, err := b.client()
+	cli, err := b.client(ctx)
 	if err != nil {
 		return elector.Observation{}, err
 	}
 	resp, err := cli.Get(leaderCtx(ctx), b.Key(election))
 	if err != nil {
-		return elector.Observation{}, err
+		return elector.Observation{}, b.describe(err)
 	}
 	return observation(resp.Header.Revision, resp.Kvs), nil
 }
@@ -235,14 +342,14 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 				return false
 			}
 		}
-		cli, err := b.client()
+		cli, err := b.client(ctx)
 		if err != nil {
 			send(elector.Observation{Err: err})
 			return
 		}
 		for resp := range cli.Watch(leaderCtx(ctx), b.Key(election), clientv3.WithRev(afterRev+1)) {
 			if err := resp.Err(); err != nil {
-				send(elector.Observation{Err: err})
+				send(elector.Observation{Err: b.describe(err)})
 				return
 			}
 			for _, ev := range resp.Events {
@@ -262,27 +369,50 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	return out
 }
 
-// Release implements elector.Backend: delete the key only if it is still the same term's.
-func (b *Backend) Release(ctx context.Context, election string, token int64) error {
-	cli, err := b.client()
+// Update implements elector.Backend: put the new value only if the key is still the same
+// term's, keeping the lease it is bound to.
+func (b *Backend) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
+	cli, err := b.client(ctx)
+	if err != nil {
+		return false, err
+	}
+	key := b.Key(election)
+	resp, err := cli.Txn(leaderCtx(ctx)).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
+		Then(clientv3.OpPut(key, string(value), clientv3.WithIgnoreLease())).
+		Commit()
+	if err != nil {
+		return false, b.describe(err)
+	}
+	return resp.Succeeded, nil
+}
+
+// Release implements elector.Backend: delete the key only if it is still the same term's,
+// and acknowledge the term's end in the same transaction.
+func (b *Backend) Release(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+	cli, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
 	key := b.Key(election)
 	_, err = cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
-		Then(clientv3.OpDelete(key)).
+		Then(clientv3.OpDelete(key), b.acknowledgement(election, token, lease)).
 		Commit()
-	return err
+	return b.describe(err)
 }
 
-// Close implements elector.Backend.
+// Close implements elector.Backend. It ends a connect in progress and waits for it.
 func (b *Backend) Close() error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.closed = true
-	if b.cli == nil {
+	cli := b.cli
+	b.cli = nil
+	b.mu.Unlock()
+	b.cancel()
+	b.connects.Wait()
+	if cli == nil {
 		return nil
 	}
-	return b.cli.Close()
+	return cli.Close()
 }

@@ -1,5 +1,15 @@
-// Command etcd-local runs a single-member etcd on loopback, embedded from etcd's own server
-// packages, so that caddy-leader can be tried without an etcd cluster. Not for production.
+// Command etcd-local runs an etcd member on loopback, embedded from etcd's own server packages,
+// so that caddy-leader can be tried without an etcd cluster. Not for production.
+//
+// Without flags it runs a single-member cluster on 127.0.0.1:2379. With -name and
+// -initial-cluster it runs one member of a multi-member cluster (the end-to-end tests start
+// three of them as processes, to kill and freeze them):
+//
+//	etcd-local -name m0 -listen 127.0.0.1:23790 -peer 127.0.0.1:23800 -data-dir /tmp/m0 \
+//		-initial-cluster m0=http://127.0.0.1:23800,m1=http://127.0.0.1:23801,m2=http://127.0.0.1:23802
+//
+// A member restarted with the same -data-dir rejoins as itself; the -initial-cluster flags are
+// then ignored.
 package main
 
 import (
@@ -14,18 +24,35 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
+// options are the command's flags.
+type options struct {
+	client, peer, dir string
+	name              string
+	initialCluster    string
+	clusterState      string
+	clusterToken      string
+	logLevel          string
+}
+
 func main() {
-	client := flag.String("listen", "127.0.0.1:2379", "client address (host:port)")
-	peer := flag.String("peer", "127.0.0.1:2380", "peer address (host:port)")
-	dir := flag.String("data-dir", "", "data directory (default: a temporary one, removed on exit)")
+	var o options
+	flag.StringVar(&o.client, "listen", "127.0.0.1:2379", "client address (host:port)")
+	flag.StringVar(&o.peer, "peer", "127.0.0.1:2380", "peer address (host:port)")
+	flag.StringVar(&o.dir, "data-dir", "", "data directory (default: a temporary one, removed on exit)")
+	flag.StringVar(&o.name, "name", "local", "member name")
+	flag.StringVar(&o.initialCluster, "initial-cluster", "", "name=http://peer,... of every member (default: this member alone)")
+	flag.StringVar(&o.clusterState, "initial-cluster-state", "new", "new, or existing to join a running cluster")
+	flag.StringVar(&o.clusterToken, "initial-cluster-token", "etcd-local", "token that tells this cluster's members from another's")
+	flag.StringVar(&o.logLevel, "log-level", "fatal", "etcd's log level: debug, info, warn, error, panic or fatal")
 	flag.Parse()
-	if err := run(*client, *peer, *dir); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "etcd-local:", err)
 		os.Exit(1)
 	}
 }
 
-func run(client, peer, dir string) error {
+func run(o options) error {
+	dir := o.dir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "etcd-local-")
 		if err != nil {
@@ -35,27 +62,34 @@ func run(client, peer, dir string) error {
 		dir = tmp
 	}
 	cfg := embed.NewConfig()
-	cfg.Name = "local"
+	cfg.Name = o.name
 	cfg.Dir = dir
 	// etcd reports its own listeners closing at shutdown as errors; real failures
 	// surface through StartEtcd and e.Err().
-	cfg.LogLevel = "fatal"
-	clientURL, peerURL := url.URL{Scheme: "http", Host: client}, url.URL{Scheme: "http", Host: peer}
+	cfg.LogLevel = o.logLevel
+	clientURL, peerURL := url.URL{Scheme: "http", Host: o.client}, url.URL{Scheme: "http", Host: o.peer}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.InitialCluster = o.initialCluster
+	if cfg.InitialCluster == "" {
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	}
+	cfg.ClusterState = o.clusterState
+	cfg.InitialClusterToken = o.clusterToken
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return fmt.Errorf("start (is %s or %s in use?): %w", client, peer, err)
+		return fmt.Errorf("start (is %s or %s in use?): %w", o.client, o.peer, err)
 	}
 	defer e.Close()
 	select {
 	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		return err
 	case <-time.After(30 * time.Second):
-		return fmt.Errorf("not ready after 30s")
+		return fmt.Errorf("not ready after 30s (a member of a cluster is ready once a quorum of members runs)")
 	}
-	fmt.Printf("etcd-local: serving %s (data in %s); Ctrl-C stops it\n", clientURL.String(), dir)
+	fmt.Printf("etcd-local: serving %s (member %s, data in %s); Ctrl-C stops it\n", clientURL.String(), o.name, dir)
 
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)

@@ -3,6 +3,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -41,8 +42,35 @@ const (
 type Cluster struct {
 	members        []*member
 	initialCluster string
+	opts           Options
+	clientTLS      *tls.Config // for the cluster's own clients; nil without Options.TLS
+	// authOn is set once Start has enabled authentication; from then on the
+	// cluster's own clients log in as root.
+	authOn bool
 
 	mu sync.Mutex // guards every member's run field
+}
+
+// Options change the cluster that StartWith starts. The zero value is the
+// plain cluster of Start: http:// client URLs, no authentication.
+type Options struct {
+	// TLS, if not nil, makes every member serve clients over TLS only, with
+	// TLS's server certificate, at https:// client URLs. Peers still talk
+	// plain HTTP to each other.
+	TLS *Certs
+	// ClientCertAuth makes the members accept only clients that present a
+	// certificate signed by TLS's CA. It needs TLS.
+	ClientCertAuth bool
+	// RootPassword, if not empty, turns authentication on once the cluster
+	// is ready: a user "root" with this password and the root role is
+	// created, then auth is enabled. The cluster's own clients (Client)
+	// then log in as root.
+	RootPassword string
+	// AuthTokenTTL is how long an unused simple auth token stays valid;
+	// every request that uses a token restarts its TTL. etcd counts it in
+	// whole seconds, so it must be a whole number of seconds, at least 1s.
+	// Zero means etcd's default, 5 minutes.
+	AuthTokenTTL time.Duration
 }
 
 // Start starts a cluster of n members on 127.0.0.1, each with its own free
@@ -51,14 +79,27 @@ type Cluster struct {
 // and registers t.Cleanup to stop every member. It fails the test on error.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartWith(t, n, Options{})
+}
+
+// StartWith is Start with client TLS or authentication as opts say. With
+// RootPassword set, it returns once authentication is on.
+func StartWith(t testing.TB, n int, opts Options) *Cluster {
+	t.Helper()
 	if n < 1 {
 		t.Fatalf("etcdtest: cluster needs at least one member, got %d", n)
+	}
+	if opts.ClientCertAuth && opts.TLS == nil {
+		t.Fatalf("etcdtest: ClientCertAuth needs TLS")
+	}
+	if opts.AuthTokenTTL < 0 || opts.AuthTokenTTL%time.Second != 0 {
+		t.Fatalf("etcdtest: AuthTokenTTL %s is not a whole number of seconds", opts.AuthTokenTTL)
 	}
 	base := t.TempDir()
 	var c *Cluster
 	var err error
 	for attempt := 1; attempt <= startAttempts; attempt++ {
-		if c, err = tryStart(base, n); err == nil {
+		if c, err = tryStart(base, n, opts); err == nil {
 			break
 		}
 		t.Logf("etcdtest: starting %d-member cluster, attempt %d: %v", n, attempt, err)
@@ -67,16 +108,25 @@ func Start(t testing.TB, n int) *Cluster {
 		t.Fatalf("etcdtest: start %d-member cluster: %v", n, err)
 	}
 	t.Cleanup(c.stopAll)
+	if opts.TLS != nil {
+		c.clientTLS = opts.TLS.ClientTLS(t)
+	}
 
 	if err := c.waitReady(c.runningIndexes()); err != nil {
 		t.Fatalf("etcdtest: %d-member cluster did not become ready: %v", n, err)
+	}
+	if opts.RootPassword != "" {
+		if err := c.enableAuth(); err != nil {
+			t.Fatalf("etcdtest: enable authentication: %v", err)
+		}
+		c.authOn = true
 	}
 	return c
 }
 
 // tryStart picks ports and starts every member with a fresh data dir. On
 // error nothing is left running.
-func tryStart(base string, n int) (c *Cluster, err error) {
+func tryStart(base string, n int, opts Options) (c *Cluster, err error) {
 	// The client ports are bound for good right here, by the fronts; only
 	// etcd's own ports can be lost to another process before it binds them.
 	fronts := make([]net.Listener, n)
@@ -99,15 +149,20 @@ func tryStart(base string, n int) (c *Cluster, err error) {
 		return nil, err
 	}
 
-	c = &Cluster{}
+	c = &Cluster{opts: opts}
+	clientScheme := "http"
+	if opts.TLS != nil {
+		clientScheme = "https"
+	}
 	var peers []string
 	for i := range n {
 		m := &member{
 			name:      fmt.Sprintf("m%d", i),
 			dir:       filepath.Join(base, fmt.Sprintf("m%d", i)),
-			clientURL: url.URL{Scheme: "http", Host: fronts[i].Addr().String()},
-			listenURL: url.URL{Scheme: "http", Host: ports[2*i]},
+			clientURL: url.URL{Scheme: clientScheme, Host: fronts[i].Addr().String()},
+			listenURL: url.URL{Scheme: clientScheme, Host: ports[2*i]},
 			peerURL:   url.URL{Scheme: "http", Host: ports[2*i+1]},
+			opts:      opts,
 		}
 		// A failed attempt may have written a WAL; a new cluster must not
 		// find one, or the member would try to rejoin the old cluster.
@@ -288,7 +343,8 @@ func (c *Cluster) agreedLeader() (int, bool) {
 }
 
 // Client returns a client on the endpoints of the members running now,
-// closed at t.Cleanup. It logs nothing.
+// closed at t.Cleanup. It logs nothing. On a TLS cluster it trusts the CA
+// and presents the client certificate; with authentication on, it is root.
 func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
 	var eps []string
@@ -298,7 +354,7 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	if len(eps) == 0 {
 		t.Fatalf("etcdtest: client: no member is running")
 	}
-	cli, err := newClient(eps)
+	cli, err := c.newClient(eps)
 	if err != nil {
 		t.Fatalf("etcdtest: client: %v", err)
 	}
@@ -306,12 +362,84 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	return cli
 }
 
-func newClient(endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
+// AddUser creates an etcd user with password whose only permission is to
+// read and write the keys that start with prefix, through a role of the
+// same name. It needs authentication on (Options.RootPassword).
+func (c *Cluster) AddUser(t testing.TB, name, password, prefix string) {
+	t.Helper()
+	if !c.authOn {
+		t.Fatalf("etcdtest: AddUser: authentication is not on")
+	}
+	cli := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	steps := []func() error{
+		func() error { _, err := cli.RoleAdd(ctx, name); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, name, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, name, password); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, name, name); return err },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("etcdtest: add user %q: %v", name, err)
+		}
+	}
+}
+
+// ChangePassword sets the password of an existing user. Tokens issued before
+// stay valid until they expire; new logins need the new password.
+func (c *Cluster) ChangePassword(t testing.TB, name, password string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if _, err := c.Client(t).UserChangePassword(ctx, name, password); err != nil {
+		t.Fatalf("etcdtest: change password of %q: %v", name, err)
+	}
+}
+
+// enableAuth creates root with the root role and turns authentication on.
+func (c *Cluster) enableAuth() error {
+	cli, err := c.newClient(c.Endpoints())
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if _, err := cli.UserAdd(ctx, "root", c.opts.RootPassword); err != nil {
+		return fmt.Errorf("add user root: %w", err)
+	}
+	// The root role is built in: granting it needs no RoleAdd.
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("grant root the root role: %w", err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("auth enable: %w", err)
+	}
+	return nil
+}
+
+// newClient is a client of this cluster: with its client certificate on a
+// TLS cluster, and logged in as root once authentication is on.
+func (c *Cluster) newClient(endpoints []string) (*clientv3.Client, error) {
+	cfg := clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
+		TLS:         c.clientTLS,
 		Logger:      zap.NewNop(),
-	})
+	}
+	if c.authOn {
+		cfg.Username, cfg.Password = "root", c.opts.RootPassword
+	}
+	return clientv3.New(cfg)
+}
+
+// newClient is a plain client, for a cluster started without Options.
+func newClient(endpoints []string) (*clientv3.Client, error) {
+	return (&Cluster{}).newClient(endpoints)
 }
 
 func (c *Cluster) runningIndexes() []int {
@@ -348,15 +476,15 @@ func (c *Cluster) waitReady(idx []int) error {
 		case <-ctx.Done():
 			return fmt.Errorf("member %d: not ready after %v", i, readyTimeout)
 		}
-		if err := linearizableRead(ctx, c.Endpoint(i)); err != nil {
+		if err := c.linearizableRead(ctx, c.Endpoint(i)); err != nil {
 			return fmt.Errorf("member %d: %w", i, err)
 		}
 	}
 	return nil
 }
 
-func linearizableRead(ctx context.Context, endpoint string) error {
-	cli, err := newClient([]string{endpoint})
+func (c *Cluster) linearizableRead(ctx context.Context, endpoint string) error {
+	cli, err := c.newClient([]string{endpoint})
 	if err != nil {
 		return err
 	}

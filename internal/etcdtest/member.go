@@ -7,7 +7,9 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -23,6 +25,7 @@ type member struct {
 	clientURL url.URL
 	listenURL url.URL
 	peerURL   url.URL
+	opts      Options
 
 	// op serialises Stop and Restart of this member, so that a restart
 	// never races a close that still holds the ports.
@@ -61,6 +64,21 @@ func (m *member) start(initialCluster, state string, frontLn net.Listener) (*ins
 	cfg.InitialCluster = initialCluster
 	cfg.InitialClusterToken = "etcdtest"
 	cfg.ClusterState = state
+	if m.opts.TLS != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{
+			CertFile:       m.opts.TLS.ServerCertFile,
+			KeyFile:        m.opts.TLS.ServerKeyFile,
+			TrustedCAFile:  m.opts.TLS.CAFile,
+			ClientCertAuth: m.opts.ClientCertAuth,
+		}
+	}
+	// Hash passwords with bcrypt's lowest cost: every login checks one, and clients log in
+	// again for each stream they open, which at the default cost keeps a race-enabled
+	// test's CPU busy for seconds.
+	cfg.BcryptCost = 4
+	if m.opts.AuthTokenTTL > 0 {
+		cfg.AuthTokenTTL = uint(m.opts.AuthTokenTTL / time.Second)
+	}
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(memberLogger(m.name, &in.closing))
 

@@ -1,0 +1,225 @@
+//go:build bench && unix
+
+package e2e
+
+// TestBenchFailover times failovers between real Caddy processes: from the signal to the
+// leader (SIGTERM: graceful handover; SIGKILL: crash) to the first gated request that
+// another instance serves, over many trials and several ttls. See BENCHMARKS.md.
+//
+//	go test -tags bench -run TestBenchFailover -v -timeout 40m ./e2e
+//	go test -tags bench -run 'TestBenchFailover/sigkill_ttl_10s' -v ./e2e -bench.trials 5
+//
+// Each subtest runs its own 1-member etcd and a fleet of three instances. A trial waits
+// until the fleet agrees on a leader, then for a random fraction of a renewal interval
+// (ttl/3), so that faults land uniformly over the lease's renewal cycle; it starts the
+// harness's Poller on the two others, signals the leader, and waits for the first 200 on
+// /gated with a higher token. The dead instance is then replaced by a new process. The
+// Poller pauses 5ms after every non-200 answer, so a takeover is seen up to about 5ms
+// late: the times below are upper bounds by that much.
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+)
+
+var (
+	benchTrials = flag.Int("bench.trials", 20, "failover trials per signal and ttl")
+	benchTTLs   = flag.String("bench.ttls", "2s,5s,10s", "comma-separated lease ttls to measure")
+)
+
+func TestBenchFailover(t *testing.T) {
+	needCaddy(t)
+	var ttls []time.Duration
+	for _, s := range strings.Split(*benchTTLs, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			t.Fatalf("-bench.ttls: %v", err)
+		}
+		ttls = append(ttls, d)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		for _, ttl := range ttls {
+			name := fmt.Sprintf("%s_ttl_%v", strings.ToLower(sigName(sig)), ttl)
+			t.Run(name, func(t *testing.T) { benchFailover(t, sig, ttl, *benchTrials) })
+		}
+	}
+}
+
+func sigName(sig syscall.Signal) string {
+	if sig == syscall.SIGKILL {
+		return "SIGKILL"
+	}
+	return "SIGTERM"
+}
+
+// keyEvents records when the election key was deleted and when it was created again,
+// as etcd reports them to a watch from the test process.
+type keyEvents struct {
+	mu               sync.Mutex
+	deleted, created time.Time
+}
+
+func watchKey(ctx context.Context, cli *clientv3.Client, key string) *keyEvents {
+	ev := &keyEvents{}
+	ch := cli.Watch(ctx, key)
+	go func() {
+		for resp := range ch {
+			now := time.Now()
+			for _, e := range resp.Events {
+				ev.mu.Lock()
+				switch {
+				case e.Type == clientv3.EventTypeDelete && ev.deleted.IsZero():
+					ev.deleted = now
+				case e.Type == clientv3.EventTypePut && e.IsCreate() && ev.created.IsZero():
+					ev.created = now
+				}
+				ev.mu.Unlock()
+			}
+		}
+	}()
+	return ev
+}
+
+func benchFailover(t *testing.T, sig syscall.Signal, ttl time.Duration, trials int) {
+	etcd := etcdtest.Start(t, 1)
+	cli := etcd.Client(t)
+	cfg := Config{Endpoints: etcd.Endpoints(), TTL: ttl.String(), Variant: "v0"}
+	fleet := StartFleet(t, 3, cfg)
+	spawned := len(fleet)
+
+	var took, deleted, exited []time.Duration
+	steps := map[string][]time.Duration{} // SIGTERM: when the old leader logged each step
+	for trial := 1; trial <= trials; trial++ {
+		leader, token := WaitStableLeader(t, fleet, electTimeout+2*ttl)
+		poller := StartPoller(others(fleet, leader))
+		waitPolled(t, poller, others(fleet, leader))
+		time.Sleep(rand.N(ttl / 3))
+
+		ctx, cancel := context.WithCancel(context.Background())
+		ev := watchKey(ctx, cli, "/caddy-leader/default")
+		time.Sleep(10 * time.Millisecond) // let the watch register before the fault
+		fault := time.Now()
+		leader.signal(sig)
+		s := poller.WaitServed(t, ttl+5*time.Second, "with a new term",
+			func(s Served) bool { return s.Gated.Token > token })
+		leader.waitExit()
+		exit := time.Since(fault) // an upper bound: waitExit returned after s
+		poller.Stop()
+		cancel()
+
+		d := s.At.Sub(fault)
+		took = append(took, d)
+		ev.mu.Lock()
+		del := ev.deleted.Sub(fault)
+		ev.mu.Unlock()
+		deleted = append(deleted, del)
+		exited = append(exited, exit)
+		if sig == syscall.SIGTERM {
+			for msg, at := range logTimes(leader, fault, shutdownSteps) {
+				steps[msg] = append(steps[msg], at)
+			}
+		}
+		if s.SentAt.Before(fault) {
+			t.Errorf("trial %d: %s served token %d for a request sent before the fault", trial, s.From, s.Gated.Token)
+		}
+		t.Logf("trial %2d: %s of %s (token %d): key deleted after %v, %s served token %d after %v",
+			trial, sigName(sig), leader, token, del.Round(time.Millisecond), s.From, s.Gated.Token, d.Round(time.Millisecond))
+
+		// Replace the dead instance, so that every trial starts with three.
+		i := slices.Index(fleet, leader)
+		fleet[i] = StartInstance(t, fmt.Sprintf("c%d", spawned), cfg)
+		spawned++
+	}
+	t.Logf("RESULT %s ttl %v, %d trials: first gated 200 from the new leader after the signal: %s; key deleted in etcd after: %s",
+		sigName(sig), ttl, trials, summary(took), summary(deleted))
+	if sig == syscall.SIGTERM {
+		t.Logf("RESULT %s ttl %v: the old process had exited within: %s", sigName(sig), ttl, summary(exited))
+		for _, msg := range shutdownSteps {
+			if len(steps[msg]) > 0 {
+				t.Logf("RESULT %s ttl %v: old leader logged %q after: %s", sigName(sig), ttl, msg, summary(steps[msg]))
+			}
+		}
+	}
+}
+
+// shutdownSteps are the log messages of a leader's graceful stop, in order: Caddy starts
+// shutting down, the elector announces the handover, lets go of the key.
+var shutdownSteps = []string{"shutting down apps, then terminating", "handing leadership over", "stepped down", "left all elections"}
+
+// logTimes returns how long after from the instance first logged each of msgs.
+func logTimes(in *Instance, from time.Time, msgs []string) map[string]time.Duration {
+	b, err := os.ReadFile(in.logPath)
+	if err != nil {
+		return nil
+	}
+	found := map[string]time.Duration{}
+	for _, line := range strings.Split(string(b), "\n") {
+		var entry struct {
+			TS  float64 `json:"ts"`
+			Msg string  `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &entry) != nil || !slices.Contains(msgs, entry.Msg) {
+			continue
+		}
+		sec, frac := math.Modf(entry.TS)
+		at := time.Unix(int64(sec), int64(frac*1e9))
+		if _, seen := found[entry.Msg]; !seen && !at.Before(from.Add(-time.Millisecond)) {
+			found[entry.Msg] = at.Sub(from)
+		}
+	}
+	return found
+}
+
+// waitPolled waits until the poller has had an answer from every one of ins.
+func waitPolled(t *testing.T, p *Poller, ins []*Instance) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		ok := true
+		for _, in := range ins {
+			if p.answered[in] == 0 {
+				ok = false
+			}
+		}
+		p.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the poller got no answer from every instance within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// summary is "min / p50 / p99 / max" of ds, nearest-rank percentiles (with 20 samples, p99
+// is the largest).
+func summary(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return fmt.Sprintf("min %v / p50 %v / p99 %v / max %v (n=%d)",
+		s[0].Round(time.Millisecond), percentile(s, 50).Round(time.Millisecond),
+		percentile(s, 99).Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
+}
+
+// percentile is the nearest-rank percentile of sorted s.
+func percentile(s []time.Duration, p int) time.Duration {
+	rank := (p*len(s) + 99) / 100 // ceil(p/100 * n)
+	return s[max(rank, 1)-1]
+}

@@ -1,0 +1,198 @@
+package elector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Any instance may ask for a handover, not only the leader: the request is written to the
+// store as the election's intent, every candidate watches it, and the one it concerns
+// acts. No instance needs to reach another over HTTP.
+
+// Intent actions.
+const (
+	intentResign   = "resign"
+	intentTransfer = "transfer"
+)
+
+// intent is a handover request as stored.
+type intent struct {
+	Action string `json:"action"`
+	// To is the instance that should lead after a transfer.
+	To string `json:"to,omitempty"`
+	// Token is the term a resign is meant for; a later term ignores it.
+	Token int64 `json:"token,omitempty"`
+	// HoldOff is how long a resigning leader stays out of the election.
+	HoldOff time.Duration `json:"hold_off,omitempty"`
+	// From names the instance that asked, for the logs.
+	From string `json:"from"`
+}
+
+// ErrNotCandidate is returned by Transfer when the target takes no part in the election.
+var ErrNotCandidate = errors.New("not a live candidate of the election")
+
+// RequestResign asks whoever leads the term that is current now to resign and stay out of
+// the election for holdOff, through the store. It returns once the request is stored; the
+// leader acts on it at once. A leader should call Resign itself instead.
+func (e *Election) RequestResign(ctx context.Context, holdOff time.Duration) error {
+	t := e.Term()
+	if !t.LeaderKnown() {
+		return fmt.Errorf("no leader of election %q is known", e.name)
+	}
+	in := intent{Action: intentResign, Token: t.Token, HoldOff: holdOff, From: e.c.cfg.ID}
+	return e.setIntent(ctx, in, e.c.HandoverTimeout()+e.c.cfg.TTL)
+}
+
+// Transfer hands leadership to the instance named to: every other candidate stands aside,
+// the leader hands over, and to takes the key. It blocks until to leads, or returns an
+// error when timeout passes first (the others then campaign again), or at once with
+// ErrNotCandidate when to takes no part in the election. It may be called on any
+// instance.
+func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	live, err := e.c.cfg.Backend.Candidates(rctx, e.name)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(live, to) {
+		slices.Sort(live)
+		return fmt.Errorf("%q: %w %q (live: %v)", to, ErrNotCandidate, e.name, live)
+	}
+	if t := e.Term(); t.Leader.ID == to && !t.Leader.HandingOver {
+		return nil
+	}
+	in := intent{Action: intentTransfer, To: to, From: e.c.cfg.ID}
+	if err := e.setIntent(ctx, in, timeout); err != nil {
+		return err
+	}
+	wait, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		changed := e.Changed()
+		if t := e.Term(); t.Leader.ID == to && !t.Leader.HandingOver {
+			return nil
+		}
+		select {
+		case <-wait.Done():
+			return fmt.Errorf("transfer of election %q to %q: it did not lead within %s", e.name, to, timeout)
+		case <-changed:
+		}
+	}
+}
+
+func (e *Election) setIntent(ctx context.Context, in intent, ttl time.Duration) error {
+	b, _ := json.Marshal(in) // strings and numbers always marshal
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	return e.c.cfg.Backend.SetIntent(rctx, e.name, b, ttl)
+}
+
+// followIntents applies the election's intents as they come, for as long as ctx lasts.
+func (e *Election) followIntents(ctx context.Context) {
+	retry := newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL))
+	for ctx.Err() == nil {
+		for change := range e.c.cfg.Backend.WatchIntent(ctx, e.name) {
+			if change.Err != nil {
+				break
+			}
+			retry.reset()
+			e.applyIntent(ctx, change.Value)
+		}
+		if !retry.wait(ctx) {
+			return
+		}
+	}
+}
+
+func (e *Election) applyIntent(ctx context.Context, value []byte) {
+	if value == nil {
+		e.setStandAside("")
+		e.mu.Lock()
+		e.transferHere = false
+		e.mu.Unlock()
+		return
+	}
+	var in intent
+	if err := json.Unmarshal(value, &in); err != nil {
+		e.c.log().Warn("ignoring an election intent this plugin did not write", zap.String("election", e.name), zap.Error(err))
+		return
+	}
+	t := e.Term()
+	switch in.Action {
+	case intentResign:
+		if t.Holds() && (in.Token == 0 || in.Token == t.Token) {
+			e.c.log().Info("resigning on request", zap.String("election", e.name), zap.String("requested_by", in.From))
+			go e.resignOnRequest(ctx, in.HoldOff, "resigned")
+		}
+	case intentTransfer:
+		if in.To == e.c.cfg.ID {
+			e.setStandAside("")
+			if t.Holds() {
+				e.clearIntent(ctx) // already there
+				return
+			}
+			e.mu.Lock()
+			e.transferHere = true
+			e.mu.Unlock()
+			return
+		}
+		e.setStandAside(in.To)
+		if t.Holds() {
+			e.c.log().Info("transferring leadership on request", zap.String("election", e.name),
+				zap.String("to", in.To), zap.String("requested_by", in.From))
+			go e.resignOnRequest(ctx, 0, "transferred")
+		}
+	}
+}
+
+// resignOnRequest resigns for an intent and then removes the intent, so it is acted on once.
+func (e *Election) resignOnRequest(ctx context.Context, holdOff time.Duration, reason string) {
+	rctx, cancel := context.WithTimeout(ctx, e.c.HandoverTimeout())
+	defer cancel()
+	e.mu.Lock()
+	e.resignReason = reason
+	e.mu.Unlock()
+	if err := e.Resign(rctx, holdOff); err != nil {
+		return
+	}
+	if reason == "resigned" {
+		e.clearIntent(ctx)
+	}
+}
+
+func (e *Election) clearIntent(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	_ = e.c.cfg.Backend.ClearIntent(rctx, e.name)
+}
+
+// setStandAside makes this instance stay out of the election while another one is being
+// handed leadership (to), or ends that ("").
+func (e *Election) setStandAside(to string) {
+	e.mu.Lock()
+	changed := e.standAsideFor != to
+	e.standAsideFor = to
+	e.mu.Unlock()
+	if changed {
+		e.kick()
+	}
+}
+
+// announce records this candidate as live under lease l, once per lease.
+func (e *Election) announce(ctx context.Context, l *lease) {
+	if e.announced == l.id {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	if err := e.c.cfg.Backend.Announce(rctx, e.name, e.c.cfg.ID, l.id); err == nil {
+		e.announced = l.id
+	}
+}

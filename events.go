@@ -1,0 +1,96 @@
+package caddyleader
+
+import (
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
+	"go.uber.org/zap"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// Events the leader app emits through Caddy's events app. Each carries the data election,
+// self, leader, previous_leader, token and reason.
+const (
+	// EventElected: this instance became the leader of an election.
+	EventElected = "leader_elected"
+	// EventLost: this instance stopped leading an election.
+	EventLost = "leader_lost"
+	// EventChanged: the known leader of an election changed (on every instance).
+	EventChanged = "leader_changed"
+)
+
+// candidateObserver turns what the elector reports into metrics and Caddy events. One is
+// made per config load, with that config's events app; events go out in order from one
+// goroutine, so that a slow event handler (a command run on promotion, say) never holds up
+// the election.
+type candidateObserver struct {
+	events *caddyevents.App
+	ctx    caddy.Context
+	queue  chan pendingEvent
+}
+
+type pendingEvent struct {
+	name string
+	data map[string]any
+}
+
+// eventQueueSize bounds the events waiting for slow handlers; past it, events are dropped
+// (and logged) rather than blocking the election.
+const eventQueueSize = 256
+
+func newCandidateObserver(ctx caddy.Context) (*candidateObserver, error) {
+	events, err := ctx.App("events")
+	if err != nil {
+		return nil, err
+	}
+	o := &candidateObserver{events: events.(*caddyevents.App), ctx: ctx, queue: make(chan pendingEvent, eventQueueSize)}
+	go o.emitLoop()
+	return o, nil
+}
+
+// emitLoop sends events until the config that made this observer is unloaded.
+func (o *candidateObserver) emitLoop() {
+	for {
+		select {
+		case <-o.ctx.Done():
+			return
+		case ev := <-o.queue:
+			o.events.Emit(o.ctx, ev.name, ev.data)
+		}
+	}
+}
+
+// TermChanged implements elector.Observer.
+func (o *candidateObserver) TermChanged(e *elector.Election, prev, next *elector.Term) {
+	countTransition(e, prev, next)
+	data := func() map[string]any {
+		return map[string]any{
+			"election": next.Election, "self": next.Self, "leader": next.Leader.ID,
+			"previous_leader": prev.Leader.ID, "token": next.Token, "reason": next.Reason,
+		}
+	}
+	switch {
+	case !prev.Holds() && next.Holds():
+		o.enqueue(EventElected, data())
+	case prev.Holds() && !next.Holds():
+		o.enqueue(EventLost, data())
+	}
+	if prev.Leader.ID != next.Leader.ID || prev.Token != next.Token {
+		o.enqueue(EventChanged, data())
+	}
+}
+
+func (o *candidateObserver) enqueue(name string, data map[string]any) {
+	select {
+	case o.queue <- pendingEvent{name, data}:
+	default:
+		o.ctx.Logger().Error("event queue full; dropping event", zap.String("event", name))
+	}
+}
+
+// StoreFailed implements elector.Observer.
+func (o *candidateObserver) StoreFailed(op string, err error) {
+	metrics.etcdErrors.WithLabelValues(op).Inc()
+}
+
+var _ elector.Observer = (*candidateObserver)(nil)

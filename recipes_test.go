@@ -1,0 +1,137 @@
+package caddyleader
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// recipesDoc shows every recipe; its Caddyfiles are the golden files recipe_*.caddyfiletest.
+const recipesDoc = "docs/recipes.md"
+
+// recipesWithJSON are the recipes whose adapted JSON docs/recipes.md shows as well.
+var recipesWithJSON = []string{"writes_to_leader"}
+
+// recipeGoldens returns the recipe golden files by recipe name (recipe_NAME.caddyfiletest).
+func recipeGoldens(t *testing.T) map[string]string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(goldenAdaptDir, "recipe_*.caddyfiletest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) == 0 {
+		t.Fatalf("no recipe_*.caddyfiletest in %s", goldenAdaptDir)
+	}
+	recipes := make(map[string]string, len(paths))
+	for _, p := range paths {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "recipe_"), ".caddyfiletest")
+		recipes[name] = p
+	}
+	return recipes
+}
+
+var caddyfileBlock = regexp.MustCompile("(?ms)^```caddyfile\n(.*?)^```\n")
+
+// TestRecipesInDocs keeps docs/recipes.md honest: every recipe's Caddyfile appears in it
+// verbatim, every Caddyfile it shows is a recipe (and so adapted by TestCaddyfileAdapt), and
+// the JSON it shows is the adapter's output.
+func TestRecipesInDocs(t *testing.T) {
+	data, err := os.ReadFile(recipesDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.ReplaceAll(string(data), "\r\n", "\n")
+	recipes := recipeGoldens(t)
+
+	goldenText := make(map[string]string, len(recipes))
+	for name, path := range recipes {
+		cf, js := readGolden(t, path)
+		goldenText[cf] = name
+		if !strings.Contains(doc, "```caddyfile\n"+cf+"```\n") {
+			t.Errorf("%s does not show the Caddyfile of %s: copy it into a ```caddyfile block", recipesDoc, path)
+		}
+		for _, withJSON := range recipesWithJSON {
+			if name == withJSON && !strings.Contains(doc, "```json\n"+js+"\n```\n") {
+				t.Errorf("%s does not show the JSON of %s: copy it into a ```json block", recipesDoc, path)
+			}
+		}
+	}
+	for _, m := range caddyfileBlock.FindAllStringSubmatch(doc, -1) {
+		if _, ok := goldenText[m[1]]; !ok {
+			first, _, _ := strings.Cut(m[1], "\n")
+			t.Errorf("%s shows a Caddyfile that is no recipe_*.caddyfiletest (it starts %q): add it as one", recipesDoc, first)
+		}
+	}
+	for _, withJSON := range recipesWithJSON {
+		if _, ok := recipes[withJSON]; !ok {
+			t.Errorf("recipesWithJSON names %q, which has no recipe_%s.caddyfiletest", withJSON, withJSON)
+		}
+	}
+}
+
+// TestReadmeExample keeps the README's first Caddyfile a tested one: recipe_fleet.
+func TestReadmeExample(t *testing.T) {
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := strings.ReplaceAll(string(data), "\r\n", "\n")
+	path := filepath.Join(goldenAdaptDir, "recipe_fleet.caddyfiletest")
+	cf, _ := readGolden(t, path)
+	if !strings.Contains(readme, "```caddyfile\n"+cf+"```\n") {
+		t.Errorf("README.md does not show the Caddyfile of %s verbatim: copy it over", path)
+	}
+}
+
+// TestRecipesLoad proves that each recipe, and the demo's Caddyfile, is a config Caddy
+// accepts: adapted, provisioned and validated as `caddy validate` does, without starting
+// it. The etcd endpoint is a closed loopback port: provisioning never dials etcd.
+func TestRecipesLoad(t *testing.T) {
+	t.Setenv("ETCD_ENDPOINTS", "127.0.0.1:1")
+	t.Setenv("HOSTNAME", "node-a")
+	t.Setenv("ADVERTISE_URL", "http://127.0.0.1:8080")
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+
+	files := map[string]string{"demo": "demo/Caddyfile"}
+	for name, path := range recipeGoldens(t) {
+		files["recipe_"+name] = path
+	}
+	for name, path := range files {
+		t.Run(name, func(t *testing.T) {
+			text := ""
+			if strings.HasSuffix(path, ".caddyfiletest") {
+				text, _ = readGolden(t, path)
+			} else {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				text = string(data)
+			}
+			if w, different := caddyfile.FormattingDifference(path, []byte(text)); different {
+				t.Errorf("%s:%d: not formatted as `caddy fmt` would", path, w.Line)
+			}
+			js, warnings, err := adaptCaddyfile(t, text)
+			if err != nil {
+				t.Fatalf("%s does not adapt: %v", path, err)
+			}
+			for _, w := range warnings {
+				t.Errorf("%s:%d: adapt warning: %s", path, w.Line, w.Message)
+			}
+			var cfg caddy.Config
+			if err := json.Unmarshal(js, &cfg); err != nil {
+				t.Fatalf("%s: adapted JSON does not unmarshal: %v", path, err)
+			}
+			if err := caddy.Validate(&cfg); err != nil {
+				t.Errorf("%s does not load: %v", path, err)
+			}
+		})
+	}
+}
