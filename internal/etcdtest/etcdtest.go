@@ -531,4 +531,9 @@ func (c *Cluster) stopAll() {
 	for _, i := range order {
 		c.stop(i)
 	}
+	for _, m := range c.members {
+		if m.front != nil {
+			m.front.close()
+		}
+	}
 }

@@ -88,6 +88,25 @@ func (f *front) untrack(c net.Conn) {
 	c.Close()
 }
 
+// down cuts every connection and makes the front close new ones at once, as a
+// crashed member's port would refuse them, while it keeps the port: another
+// process cannot take it before the member restarts.
+func (f *front) down() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	for c := range f.conns {
+		c.Close()
+	}
+}
+
+// up forwards new connections again after down.
+func (f *front) up() {
+	f.mu.Lock()
+	f.closed = false
+	f.mu.Unlock()
+}
+
 // close stops accepting, cuts every connection and waits for all
 // forwarding goroutines to end.
 func (f *front) close() {

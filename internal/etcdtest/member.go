@@ -32,12 +32,15 @@ type member struct {
 	op sync.Mutex
 
 	run *instance // nil while stopped; guarded by Cluster.mu
+	// front owns clientURL's port from the first start to the cluster's end, so that
+	// a restart never finds it taken.
+	front *front
 }
 
 // instance is one run of a member, from start to stop.
 type instance struct {
 	etcd  *embed.Etcd
-	front *front
+	front *front // the member's, down once the instance stops
 	// closing silences etcd's log once the instance is being stopped.
 	closing atomic.Bool
 }
@@ -46,13 +49,19 @@ type instance struct {
 // listener on clientURL to use for the front; otherwise the front listens
 // on clientURL again.
 func (m *member) start(initialCluster, state string, frontLn net.Listener) (*instance, error) {
-	if frontLn == nil {
-		var err error
-		if frontLn, err = net.Listen("tcp", m.clientURL.Host); err != nil {
+	switch {
+	case m.front != nil:
+		m.front.up()
+	case frontLn != nil:
+		m.front = serveFront(frontLn, m.listenURL.Host)
+	default:
+		ln, err := net.Listen("tcp", m.clientURL.Host)
+		if err != nil {
 			return nil, fmt.Errorf("listen on client port: %w", err)
 		}
+		m.front = serveFront(ln, m.listenURL.Host)
 	}
-	in := &instance{front: serveFront(frontLn, m.listenURL.Host)}
+	in := &instance{front: m.front}
 
 	cfg := embed.NewConfig()
 	cfg.Name = m.name
@@ -84,7 +93,7 @@ func (m *member) start(initialCluster, state string, frontLn net.Listener) (*ins
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		in.front.close()
+		in.front.down()
 		return nil, err
 	}
 	in.etcd = e
@@ -97,7 +106,7 @@ func (in *instance) stop() {
 	in.closing.Store(true)
 	// Clients lose the member at once, as in a crash. Cutting them first
 	// also spares etcd's graceful gRPC stop its wait for open streams.
-	in.front.close()
+	in.front.down()
 	in.etcd.Close()
 	<-in.etcd.Server.StopNotify()
 }
