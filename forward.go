@@ -52,8 +52,7 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 				// This instance won the next term: serve here.
 				if _, admitted := g.election.Enter(); admitted {
 					g.counts.served.Inc()
-					defer g.election.Exit()
-					return next.ServeHTTP(w, r)
+					return g.serve(w, r, next)
 				}
 			}
 		}
