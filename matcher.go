@@ -1,7 +1,6 @@
 package caddyleader
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
@@ -36,17 +35,11 @@ func (Matcher) CaddyModule() caddy.ModuleInfo {
 
 // Provision implements caddy.Provisioner.
 func (m *Matcher) Provision(ctx caddy.Context) error {
-	if m.Election == "" {
-		m.Election = DefaultElection
-	}
-	if err := checkElectionName(m.Election); err != nil {
-		return fmt.Errorf("leader matcher: election: %v", err)
-	}
-	app, err := appFrom(ctx, "leader matcher")
+	_, e, err := joinElection(ctx, "leader matcher", &m.Election)
 	if err != nil {
 		return err
 	}
-	m.election = app.election(m.Election)
+	m.election = e
 	m.placeholders = new(placeholderCache)
 	return nil
 }
@@ -100,18 +93,9 @@ func (CandidateMatcher) CaddyModule() caddy.ModuleInfo {
 
 // Provision implements caddy.Provisioner.
 func (m *CandidateMatcher) Provision(ctx caddy.Context) error {
-	if m.Election == "" {
-		m.Election = DefaultElection
-	}
-	if err := checkElectionName(m.Election); err != nil {
-		return fmt.Errorf("leader_candidate matcher: election: %v", err)
-	}
-	app, err := appFrom(ctx, "leader_candidate matcher")
-	if err != nil {
-		return err
-	}
-	m.election = app.election(m.Election)
-	return nil
+	_, e, err := joinElection(ctx, "leader_candidate matcher", &m.Election)
+	m.election = e
+	return err
 }
 
 // MatchWithError implements caddyhttp.RequestMatcherWithError.

@@ -363,6 +363,23 @@ func (a *App) Cleanup() error {
 	return nil
 }
 
+// joinElection is how a handler, matcher or upstream source named module provisions: it
+// defaults and checks the election name in *name, finds the leader app, and joins the
+// election as one of the config's users.
+func joinElection(ctx caddy.Context, module string, name *string) (*App, *elector.Election, error) {
+	if *name == "" {
+		*name = DefaultElection
+	}
+	if err := checkElectionName(*name); err != nil {
+		return nil, nil, fmt.Errorf("%s: election: %v", module, err)
+	}
+	app, err := appFrom(ctx, module)
+	if err != nil {
+		return nil, nil, err
+	}
+	return app, app.election(*name), nil
+}
+
 // appFrom finds the leader app of the config being provisioned, for a handler or matcher.
 func appFrom(ctx caddy.Context, module string) (*App, error) {
 	v, err := ctx.AppIfConfigured("leader")

@@ -62,20 +62,14 @@ func (u *LeaderUpstreams) Provision(ctx caddy.Context) error {
 	if u.election != nil {
 		return nil // set up by the gate that embeds it
 	}
-	if u.Election == "" {
-		u.Election = DefaultElection
-	}
-	if err := checkElectionName(u.Election); err != nil {
-		return fmt.Errorf("leader upstreams: election: %v", err)
-	}
-	app, err := appFrom(ctx, "leader upstreams")
+	app, e, err := joinElection(ctx, "leader upstreams", &u.Election)
 	if err != nil {
 		return err
 	}
 	if app.Advertise == "" {
 		return errors.New("leader upstreams: proxying to the leader needs the leader app's advertise URL: set `advertise` in the global leader option")
 	}
-	*u = *newLeaderUpstreams(u.Election, app.election(u.Election), app.InstanceID)
+	*u = *newLeaderUpstreams(u.Election, e, app.InstanceID)
 	return nil
 }
 

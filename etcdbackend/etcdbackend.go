@@ -334,39 +334,50 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	out := make(chan elector.Observation, 1)
 	go func() {
 		defer close(out)
-		send := func(o elector.Observation) bool {
-			select {
-			case out <- o:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
-		cli, err := b.client(ctx)
-		if err != nil {
-			send(elector.Observation{Err: err})
-			return
-		}
-		for resp := range cli.Watch(leaderCtx(ctx), b.Key(election), clientv3.WithRev(afterRev+1)) {
-			if err := resp.Err(); err != nil {
-				send(elector.Observation{Err: b.describe(err)})
-				return
-			}
-			for _, ev := range resp.Events {
+		watchKey(ctx, b, b.Key(election), afterRev, out,
+			func(ev *clientv3.Event) elector.Observation {
 				o := elector.Observation{Revision: ev.Kv.ModRevision}
 				if ev.Type == clientv3.EventTypePut {
 					o.Holder = holder(ev.Kv)
 				}
-				if !send(o) {
-					return
-				}
-			}
-		}
-		if ctx.Err() == nil {
-			send(elector.Observation{Err: errors.New("etcd watch closed")})
-		}
+				return o
+			},
+			func(err error) elector.Observation { return elector.Observation{Err: err} })
 	}()
 	return out
+}
+
+// watchKey sends each change of key after revision afterRev to out, converted by change,
+// until ctx ends or the watch breaks; then it sends broken(the reason) and returns. It
+// returns false if ctx ended first.
+func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64, out chan<- T,
+	change func(*clientv3.Event) T, broken func(error) T) bool {
+	send := func(v T) bool {
+		select {
+		case out <- v:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	cli, err := b.client(ctx)
+	if err != nil {
+		return send(broken(err))
+	}
+	for resp := range cli.Watch(leaderCtx(ctx), key, clientv3.WithRev(afterRev+1)) {
+		if err := resp.Err(); err != nil {
+			return send(broken(b.describe(err)))
+		}
+		for _, ev := range resp.Events {
+			if !send(change(ev)) {
+				return false
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	return send(broken(errors.New("etcd watch closed")))
 }
 
 // Update implements elector.Backend: put the new value only if the key is still the same

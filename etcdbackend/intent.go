@@ -80,52 +80,44 @@ func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elect
 	out := make(chan elector.IntentChange, 1)
 	go func() {
 		defer close(out)
-		send := func(c elector.IntentChange) bool {
-			select {
-			case out <- c:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
+		broken := func(err error) elector.IntentChange { return elector.IntentChange{Err: err} }
 		cli, err := b.client(ctx)
 		if err != nil {
-			send(elector.IntentChange{Err: err})
+			watchKeyFailed(ctx, out, broken(err))
 			return
 		}
 		key := b.intentKey(election)
 		resp, err := cli.Get(leaderCtx(ctx), key)
 		if err != nil {
-			send(elector.IntentChange{Err: err})
+			watchKeyFailed(ctx, out, broken(b.describe(err)))
 			return
 		}
-		var current []byte
+		current := elector.IntentChange{}
 		if len(resp.Kvs) > 0 {
-			current = resp.Kvs[0].Value
+			current.Value = resp.Kvs[0].Value
 		}
-		if !send(elector.IntentChange{Value: current}) {
+		select {
+		case out <- current:
+		case <-ctx.Done():
 			return
 		}
-		for wresp := range cli.Watch(leaderCtx(ctx), key, clientv3.WithRev(resp.Header.Revision+1)) {
-			if err := wresp.Err(); err != nil {
-				send(elector.IntentChange{Err: err})
-				return
-			}
-			for _, ev := range wresp.Events {
-				var v []byte
+		watchKey(ctx, b, key, resp.Header.Revision, out,
+			func(ev *clientv3.Event) elector.IntentChange {
 				if ev.Type == clientv3.EventTypePut {
-					v = ev.Kv.Value
+					return elector.IntentChange{Value: ev.Kv.Value}
 				}
-				if !send(elector.IntentChange{Value: v}) {
-					return
-				}
-			}
-		}
-		if ctx.Err() == nil {
-			send(elector.IntentChange{Err: errors.New("etcd watch closed")})
-		}
+				return elector.IntentChange{}
+			}, broken)
 	}()
 	return out
+}
+
+// watchKeyFailed reports a watch that could not start.
+func watchKeyFailed[T any](ctx context.Context, out chan<- T, v T) {
+	select {
+	case out <- v:
+	case <-ctx.Done():
+	}
 }
 
 func (b *Backend) releasedKey(election string, token int64) string {
