@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
@@ -41,6 +43,9 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 	}
 	deadline := time.Now().Add(g.hold)
 	for try := 1; ; try++ {
+		if body != nil {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
 		if try > 1 {
 			ctx, cancel := context.WithDeadline(r.Context(), deadline)
 			t, settled := g.election.WaitSettled(ctx)
@@ -49,15 +54,18 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 				return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
 			}
 			if t.Holds() {
-				// This instance won the next term: serve here.
-				if _, admitted := g.election.Enter(); admitted {
+				if t, admitted := g.election.Enter(); admitted {
+					// This instance won the next term: serve here, under this term's
+					// token, not the one the request was first seen with.
+					repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+					setTermPlaceholders(repl, t, true)
 					g.counts.served.Inc()
-					return g.serve(w, r, next)
+					return g.serveAdmitted(w, r, next, t)
 				}
 			}
-		}
-		if body != nil {
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			// A try that did not go through may still be dialing in the background and
+			// reading the request's variables: give this try its own.
+			r = r.WithContext(withOwnVars(r.Context()))
 		}
 		catcher := newNotLeaderCatcher(w)
 		err := g.forwarder.ServeHTTP(catcher, r, next)
@@ -67,6 +75,8 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 			if !replayable {
 				return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
 			}
+		case err == nil:
+			return nil // the leader answered
 		case !notSent(err):
 			return g.forwardFailed(w, err)
 		}
@@ -74,6 +84,15 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 			return g.forwardFailed(w, err)
 		}
 	}
+}
+
+// withOwnVars gives ctx a copy of Caddy's request variables.
+func withOwnVars(ctx context.Context) context.Context {
+	vars, ok := ctx.Value(caddyhttp.VarsCtxKey).(map[string]any)
+	if !ok || vars == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, caddyhttp.VarsCtxKey, maps.Clone(vars))
 }
 
 // notSent reports whether a forward failed before anything reached the leader: no

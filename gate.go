@@ -287,10 +287,7 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	g.placeholders.set(repl, t, admitted)
 	if admitted {
 		g.counts.served.Inc()
-		if g.CancelOnLoss {
-			return g.serveCancellable(w, r, next, t)
-		}
-		return g.serve(w, r, next)
+		return g.serveAdmitted(w, r, next, t)
 	}
 	if forwarded {
 		w.Header().Set(NotLeaderHeader, g.Election)
@@ -311,6 +308,14 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		g.counts.forwarded.Inc()
 		return g.forward(w, r, next)
 	}
+}
+
+// serveAdmitted runs a request admitted under term t.
+func (g *Gate) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, t *elector.Term) error {
+	if g.CancelOnLoss {
+		return g.serveCancellable(w, r, next, t)
+	}
+	return g.serve(w, r, next)
 }
 
 // serve runs an admitted request and ends its count. (A function of its own, so that its

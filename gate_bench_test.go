@@ -5,11 +5,11 @@ package caddyleader
 // Hot-path benchmarks: what the gate and the matcher cost one request, on a leader and on a
 // follower of a real election (embedded etcd). See BENCHMARKS.md for the numbers.
 //
-//	go test -run '^$' -bench . -benchmem -count 5 .
+//	go test -run '^$' -bench . -benchmem -count 10 .
 //
-// What an iteration includes: the gate's ServeHTTP (Election.Enter, the replacer lookup in
-// the request context, registering the placeholder provider, the deferred Exit) and the call
-// of a no-op next handler. What it does not include is Caddy's own per-request work: the
+// What an iteration includes: all of the gate's ServeHTTP (Election.Enter and Exit, the
+// forwarded-by header check, the replacer lookup in the request context, registering the
+// placeholder provider, the request counter) and the call of a no-op next handler. What it does not include is Caddy's own per-request work: the
 // request, its context and its replacer are built once, by Caddy's own PrepareRequest, and
 // the replacer is put back to that state before every iteration (a struct copy, which the
 // baseline sub-benchmark measures on its own). That is what Caddy hands every handler: a

@@ -385,3 +385,23 @@ func TestGateCancelOnLoss(t *testing.T) {
 		})
 	}
 }
+
+func TestSetTermPlaceholdersOverridesEarlierValues(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster := etcdtest.Start(t, 1)
+	leader, follower := leaderAndFollower(t, cluster.Endpoints(), "override")
+	_, repl := gatedRequest(http.MethodPost, "/")
+	// First seen on a follower (as a held request is), then served under a leader's term.
+	new(placeholderCache).set(repl, follower.election.Term(), false)
+	setTermPlaceholders(repl, leader.election.Term(), true)
+	want := map[string]string{
+		phIsLeader: "true", phSelf: leader.id, phToken: fmt.Sprint(leader.election.Term().Token),
+	}
+	for key, v := range want {
+		if got, _ := repl.GetString(key); got != v {
+			t.Errorf("{%s} = %q, want %q", key, got, v)
+		}
+	}
+}

@@ -71,3 +71,19 @@ func (c *placeholderCache) set(repl *caddy.Replacer, t *elector.Term, admitted b
 		repl.Map(p.refused)
 	}
 }
+
+// setTermPlaceholders makes the leader placeholders of repl answer for t and admitted,
+// taking precedence over any set earlier in the request (Caddy's replacer asks its
+// static values before providers added with Map). For the rare request whose term changes
+// while it is held: its token must be the term it is served under.
+func setTermPlaceholders(repl *caddy.Replacer, t *elector.Term, admitted bool) {
+	p := newTermPlaceholders(t)
+	provider := p.refused
+	if admitted {
+		provider = p.admitted
+	}
+	for _, key := range []string{phElection, phIsLeader, phSelf, phID, phURL, phToken} {
+		v, _ := provider(key)
+		repl.Set(key, v)
+	}
+}

@@ -338,6 +338,7 @@ func startInstance(t *testing.T, id string, cfg Config) (*Instance, error) {
 		}
 		if trouble := in.trouble(); trouble != "" {
 			t.Errorf("instance %s: its log shows %q", id, trouble)
+			t.Logf("--- log of instance %s from that line ---\n%s", id, in.from(trouble))
 		}
 		if t.Failed() {
 			t.Logf("--- log of instance %s (%s) ---\n%s", id, in.URL(), in.tail())
@@ -404,6 +405,18 @@ func (in *Instance) tail() string {
 		b = append([]byte("...\n"), b[len(b)-limit:]...)
 	}
 	return string(b)
+}
+
+// from returns the instance's log from the first occurrence of line on (up to 32 KiB): a
+// race report or a panic's stack, which the tail of a busy log may no longer hold.
+func (in *Instance) from(line string) string {
+	b, _ := os.ReadFile(in.logPath)
+	s := string(b)
+	i := strings.Index(s, line)
+	if i < 0 {
+		return ""
+	}
+	return s[i:min(len(s), i+32<<10)]
 }
 
 // trouble returns the first line of the instance's log that shows a crash, a panic in a

@@ -29,19 +29,21 @@ import (
 //     new one admitted anything, and it was still on its way (the overlap of the two
 //     terms' arrival intervals that in-flight requests explain).
 type safetyReport struct {
-	Scenario string
-	Requests int            // client requests
-	Statuses map[int]int    // client outcomes by status; 0 is no answer
-	Errors   int            // client requests not answered 200
-	Terms    []termSummary  // in token order
-	Stale    int            // stale arrivals
-	Wrong    int            // arrivals with another instance's token
-	Double   int            // double leadership, by the rule above
-	Late     int            // older-term arrivals after a newer term's first, in flight
-	Overlap  time.Duration  // the longest stretch of such late arrivals past the newer term's first
-	Unstamp  int            // arrivals without a token or without gate stamps (a harness fault)
-	Problems []string       // the first few offending arrivals, for the test's error
-	Extra    map[string]int // scenario-specific counts, for the notes column
+	Scenario   string
+	Title      string         // the table's name for it; empty: Scenario with spaces for underscores
+	Requests   int            // client requests
+	Statuses   map[int]int    // client outcomes by status; 0 is no answer
+	Errors     int            // client requests not answered 200
+	Terms      []termSummary  // in token order
+	Stale      int            // stale arrivals
+	StaleWrong int            // stale arrivals that also carry another instance's token
+	Wrong      int            // arrivals with another instance's token
+	Double     int            // double leadership, by the rule above
+	Late       int            // older-term arrivals after a newer term's first, in flight
+	Overlap    time.Duration  // the longest stretch of such late arrivals past the newer term's first
+	Unstamp    int            // arrivals without a token or without gate stamps (a harness fault)
+	Problems   []string       // the first few offending arrivals, for the test's error
+	Extra      map[string]int // scenario-specific counts, for the notes column
 
 	// Times relative to the fault (zero when there is none).
 	OldLastAdmit time.Duration // the old term's last gate entry after the fault (negative: before)
@@ -153,6 +155,9 @@ func checkSafety(name string, results []outcome, log []arrival, oldToken int64, 
 		}
 		if a.Token < highest {
 			rep.Stale++
+			if a.ServedBy != owner[a.Token] {
+				rep.StaleWrong++
+			}
 			problem("stale arrival: request %s served by %s with token %d after token %d had arrived (arrived %s after the fault)",
 				a.ReqID, a.ServedBy, a.Token, highest, fmtDur(a.At.Sub(faultAt)))
 		}
@@ -220,14 +225,24 @@ func fmtDur(d time.Duration) string {
 
 // row renders the report as one line of the results table.
 func (r safetyReport) row() string {
+	title := r.Title
+	if title == "" {
+		title = strings.ReplaceAll(r.Scenario, "_", " ")
+	}
 	if r.Requests == 0 && len(r.Terms) == 0 { // a proof with its own measures, all in the notes
-		return fmt.Sprintf("| %s | — | — | — | — | — | — | — | — | %s |", r.Scenario, r.Notes)
+		return fmt.Sprintf("| %s | — | — | — | — | — | — | — | — | %s |", title, r.Notes)
 	}
 	var terms []string
 	for _, s := range r.Terms {
 		terms = append(terms, s.String())
 	}
 	stale := fmt.Sprint(r.Stale)
+	switch {
+	case r.StaleWrong == r.Stale && r.Stale > 0:
+		stale += " (all with a wrong token)"
+	case r.StaleWrong > 0:
+		stale += fmt.Sprintf(" (%d with a wrong token)", r.StaleWrong)
+	}
 	if r.Frozen {
 		stale += " (frozen)"
 	}
@@ -237,17 +252,7 @@ func (r safetyReport) row() string {
 	}
 	errs := fmt.Sprintf("%d of %d", r.Errors, r.Requests)
 	if r.Errors > 0 {
-		var parts []string
-		for _, status := range sortedKeys(r.Statuses) {
-			if status != http.StatusOK {
-				name := fmt.Sprint(status)
-				if status == 0 {
-					name = "no answer"
-				}
-				parts = append(parts, fmt.Sprintf("%s×%d", name, r.Statuses[status]))
-			}
-		}
-		errs += " (" + strings.Join(parts, ", ") + ")"
+		errs += " (" + fmtStatuses(r.Statuses, false) + ")"
 	}
 	dash := func(d time.Duration, ok bool) string {
 		if !ok {
@@ -256,13 +261,29 @@ func (r safetyReport) row() string {
 		return fmtDur(d)
 	}
 	return fmt.Sprintf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |",
-		r.Scenario, strings.Join(terms, " → "), r.Wrong, stale, double,
+		title, strings.Join(terms, " → "), r.Wrong, stale, double,
 		dash(r.OldLastAdmit, r.OldLastAdmit > 0), dash(r.NoLeader, r.NoLeader > 0), dash(r.Takeover, r.Takeover >= 0),
 		errs, r.Notes)
 }
 
 const safetyTableHeader = "| scenario | terms (instance:token) | wrong token | stale arrivals | double leadership | old leader admitted until | longest time with no request served | first request of the new term | client errors | notes |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|"
+
+// fmtStatuses renders counts by status as "503×12, no answer×1", with 200 only if ok.
+func fmtStatuses(counts map[int]int, ok bool) string {
+	var parts []string
+	for _, status := range sortedKeys(counts) {
+		if status == http.StatusOK && !ok {
+			continue
+		}
+		name := fmt.Sprint(status)
+		if status == 0 {
+			name = "no answer"
+		}
+		parts = append(parts, fmt.Sprintf("%s×%d", name, counts[status]))
+	}
+	return strings.Join(parts, ", ")
+}
 
 func sortedKeys(m map[int]int) []int {
 	keys := make([]int, 0, len(m))

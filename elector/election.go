@@ -493,6 +493,9 @@ func (e *Election) observe(o Observation, l *lease) {
 	if old.lease == mine && old.Token == h.Token && old.Leader == rec {
 		return // nothing new
 	}
+	if e.standAsideFor != "" && rec.ID == e.standAsideFor && !rec.HandingOver {
+		e.standAsideFor = "" // the transfer this instance stood aside for is done
+	}
 	if mine == nil {
 		e.prev.token, e.prev.lease = h.Token, h.Lease
 	} else if old.lease != mine || old.Token != h.Token {

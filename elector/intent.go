@@ -134,14 +134,19 @@ func (e *Election) applyIntent(ctx context.Context, value []byte) {
 	case intentTransfer:
 		if in.To == e.c.cfg.ID {
 			e.setStandAside("")
-			if t.Holds() {
-				e.clearIntent(ctx) // already there
-				return
-			}
+			// Decided under the lock the campaign loop publishes under: either this
+			// instance holds the key already, or winning it will see transferHere.
 			e.mu.Lock()
-			e.transferHere = true
+			there := e.term.Load().Holds()
+			e.transferHere = !there
 			e.mu.Unlock()
+			if there {
+				e.clearIntent(ctx)
+			}
 			return
+		}
+		if t.Leader.ID == in.To && !t.Leader.HandingOver {
+			return // the transfer is done already
 		}
 		e.setStandAside(in.To)
 		if t.Holds() {

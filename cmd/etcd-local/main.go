@@ -5,7 +5,7 @@
 // -initial-cluster it runs one member of a multi-member cluster (the end-to-end tests start
 // three of them as processes, to kill and freeze them):
 //
-//	etcd-local -name m0 -listen 127.0.0.1:23790 -peer 127.0.0.1:23800 -data-dir /tmp/m0 \
+//	etcd-local -name m0 -listen 127.0.0.1:23790 -peer 127.0.0.1:23800 -data-dir data/m0 \
 //		-initial-cluster m0=http://127.0.0.1:23800,m1=http://127.0.0.1:23801,m2=http://127.0.0.1:23802
 //
 // A member restarted with the same -data-dir rejoins as itself; the -initial-cluster flags are
