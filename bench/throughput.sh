@@ -4,6 +4,12 @@
 #
 #   bench/throughput.sh                    # 3 alternating rounds of 10s per route, 2 threads, 50 connections
 #   ROUNDS=5 DURATION=20s bench/throughput.sh
+#   MODE=simultaneous bench/throughput.sh  # both routes at once, each with half the threads and connections
+#   PROFILE=gated.pprof bench/throughput.sh  # also a CPU profile of Caddy under a gated round, with the gate's share
+#   CONTROL=1 bench/throughput.sh          # A/A control: /gated without leader_gate, to see the noise
+#
+# On a machine that other work shares, alternating rounds see the load change between them;
+# simultaneous rounds load both routes under the same conditions, so their ratio is steadier.
 #
 # It builds ./cmd/caddy and ./cmd/etcd-local into a temporary directory, installs wrk with
 # apt-get if it is missing, starts one single-member etcd and one Caddy (the leader of its
@@ -17,6 +23,14 @@ DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-50}
 WARMUP=${WARMUP:-3s}
+MODE=${MODE:-alternating}
+PROFILE=${PROFILE:-}
+gate_directive=leader_gate
+[[ ${CONTROL:-} != 1 ]] || gate_directive="# CONTROL=1: no leader_gate"
+case $MODE in
+alternating | simultaneous) ;;
+*) echo "MODE must be alternating or simultaneous" >&2; exit 2 ;;
+esac
 
 pids=()
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/caddy-leader-throughput.XXXXXX")
@@ -80,7 +94,7 @@ cat >"$tmp/Caddyfile" <<EOF
 
 http://127.0.0.1:$http_port {
 	handle /gated {
-		leader_gate
+		$gate_directive
 		respond "hello, world" 200
 	}
 	handle /plain {
@@ -100,9 +114,9 @@ for i in $(seq 300); do
 done
 [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$http_port/plain") == 200 ]]
 
-# run_wrk ROUTE DURATION prints: req/s p50_us p99_us non2xx socket_errors
+# run_wrk ROUTE DURATION [THREADS CONNECTIONS] prints: req/s p50_us p99_us non2xx socket_errors
 run_wrk() {
-	wrk -t"$THREADS" -c"$CONNECTIONS" -d"$2" --latency "http://127.0.0.1:$http_port/$1" | awk '
+	wrk -t"${3:-$THREADS}" -c"${4:-$CONNECTIONS}" -d"$2" --latency "http://127.0.0.1:$http_port/$1" | awk '
 		function us(v) {
 			if (v ~ /us$/) { sub(/us$/, "", v); return v + 0 }
 			if (v ~ /ms$/) { sub(/ms$/, "", v); return v * 1000 }
@@ -123,15 +137,31 @@ run_wrk gated "$WARMUP" >/dev/null
 
 echo
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores, $(go version | cut -d' ' -f3-)"
-echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency, $ROUNDS rounds, order alternating"
+if [[ $MODE == alternating ]]; then
+	echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency, $ROUNDS rounds, routes in turn, order alternating"
+else
+	echo "wrk -t$((THREADS / 2 > 0 ? THREADS / 2 : 1)) -c$((CONNECTIONS / 2)) -d$DURATION --latency per route, $ROUNDS rounds, both routes at once"
+fi
 echo
 printf '%-6s %-6s %12s %10s %10s %8s %8s\n' round route "req/s" "p50 (us)" "p99 (us)" non-2xx errors
 results=()
 for round in $(seq "$ROUNDS"); do
 	order=(plain gated)
 	((round % 2 == 0)) && order=(gated plain)
+	if [[ $MODE == simultaneous ]]; then
+		wrks=()
+		for route in "${order[@]}"; do
+			run_wrk "$route" "$DURATION" $((THREADS / 2 > 0 ? THREADS / 2 : 1)) $((CONNECTIONS / 2)) >"$tmp/wrk-$route" &
+			wrks+=($!)
+		done
+		wait "${wrks[@]}" # not a bare wait: etcd and caddy are background jobs too
+	fi
 	for route in "${order[@]}"; do
-		read -r rps p50 p99 bad errs < <(run_wrk "$route" "$DURATION")
+		if [[ $MODE == simultaneous ]]; then
+			read -r rps p50 p99 bad errs <"$tmp/wrk-$route"
+		else
+			read -r rps p50 p99 bad errs < <(run_wrk "$route" "$DURATION")
+		fi
 		printf '%-6s %-6s %12.0f %10.0f %10.0f %8d %8d\n' "$round" "$route" "$rps" "$p50" "$p99" "$bad" "$errs"
 		results+=("$round $route $rps $p50 $p99 $bad $errs")
 	done
@@ -156,3 +186,20 @@ printf '%s\n' "${results[@]}" | awk '
 		printf "gated-plain p99: %+.0f us, p50: %+.0f us\n", (p99["gated"] - p99["plain"]) / n["gated"], (p50["gated"] - p50["plain"]) / n["gated"]
 		if (bad["gated"] + bad["plain"] > 0) { print "FAILED: some requests were not answered with 2xx"; exit 1 }
 	}'
+
+# The gate's share of Caddy's CPU under load, from Caddy's own profile (admin /debug/pprof):
+# what the gate costs a real request, next to the noise of the req/s comparison above.
+if [[ -n $PROFILE ]]; then
+	secs=${DURATION%s}
+	log "profiling caddy for ${secs}s under wrk on /gated"
+	run_wrk gated "$((secs + 2))s" >/dev/null &
+	wrk_pid=$!
+	sleep 1
+	curl -fsS -o "$PROFILE" "http://127.0.0.1:$admin_port/debug/pprof/profile?seconds=$secs"
+	wait "$wrk_pid"
+	echo
+	echo "CPU profile of caddy under a gated round: $PROFILE"
+	go tool pprof -top -cum -nodecount 1000 "$tmp/caddy" "$PROFILE" 2>/dev/null |
+		grep -E 'Total samples|caddyhttp\.\(\*Server\)\.ServeHTTP$|caddy-leader\.\(\*Gate\)\.(ServeHTTP|serve|serveAdmitted)$|StaticResponse\)\.ServeHTTP$' || true
+	echo "(the gate's own cost is its ServeHTTP minus the handler it calls next)"
+fi
