@@ -22,7 +22,6 @@ package caddyleader
 // a core does not inflate. On a busy machine it is the steadier of the two.
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -34,65 +33,16 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/caddyleader/caddy-leader/elector"
-	"github.com/caddyleader/caddy-leader/etcdbackend"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
 )
 
-// benchElections starts a 1-member etcd and two candidates in one election, and returns
-// the leading one's election and the following one's once both agree.
-//
-// It is startInstance and leaderAndFollower for a *testing.B (those take a *testing.T),
-// with one deliberate difference: the candidates read the production clock (Config.Now
-// nil), not the tests' skewable one, so that the hot path measured here is the one Caddy
-// runs.
+// benchElections returns the election of a leading and of a following candidate, which
+// read the production clock, so that the hot path measured is the one Caddy runs.
 func benchElections(b *testing.B) (leading, following *elector.Election) {
 	b.Helper()
 	cluster := etcdtest.Start(b, 1)
-	start := func(id string) *elector.Election {
-		backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: cluster.Endpoints(), Prefix: "/bench/", DialTimeout: 2 * time.Second})
-		if err != nil {
-			b.Fatal(err)
-		}
-		cand, err := elector.NewCandidate(elector.Config{
-			ID: id, URL: "http://" + id + ".test:8080", TTL: 3 * time.Second, DrainTimeout: time.Second, Backend: backend,
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		e := cand.Election("bench")
-		cand.Start()
-		e.Start()
-		b.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = cand.Close(ctx)
-		})
-		return e
-	}
-	x, y := start("a"), start("b")
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		_, xLeads := x.Check()
-		_, yLeads := y.Check()
-		switch {
-		case xLeads && y.Term().Leader.ID == "a":
-			return x, y
-		case yLeads && x.Term().Leader.ID == "b":
-			return y, x
-		}
-	}
-	b.Fatal("no leader elected")
-	return nil, nil
-}
-
-// benchGate is newGate for a *testing.B.
-func benchGate(b *testing.B, g Gate, e *elector.Election) *Gate {
-	b.Helper()
-	g.setDefaults()
-	if err := g.check(); err != nil {
-		b.Fatal(err)
-	}
-	g.bind(e)
-	return &g
+	leader, follower := leaderAndFollower(b, cluster.Endpoints(), "bench", false)
+	return leader.election, follower.election
 }
 
 // preparedRequest is a request as Caddy's server hands it to the first handler: built by
@@ -177,7 +127,7 @@ func BenchmarkGate(b *testing.B) {
 	})
 
 	b.Run("leader_admit", func(b *testing.B) {
-		g := benchGate(b, Gate{Election: "bench"}, leading)
+		g := newGate(b, Gate{Election: "bench"}, leading)
 		w := &discardWriter{h: http.Header{}}
 		r, repl, fresh := preparedRequest(http.MethodPost, "/write", w)
 		next := &countingNext{}
@@ -196,7 +146,7 @@ func BenchmarkGate(b *testing.B) {
 
 	// Two cores admitting at once through one gate share its election's in-flight counter.
 	b.Run("leader_admit_parallel", func(b *testing.B) {
-		g := benchGate(b, Gate{Election: "bench"}, leading)
+		g := newGate(b, Gate{Election: "bench"}, leading)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			w := &discardWriter{h: http.Header{}}
@@ -214,7 +164,7 @@ func BenchmarkGate(b *testing.B) {
 	})
 
 	b.Run("follower_reject", func(b *testing.B) {
-		g := benchGate(b, Gate{Election: "bench"}, following)
+		g := newGate(b, Gate{Election: "bench"}, following)
 		w := &discardWriter{h: http.Header{}}
 		r, repl, fresh := preparedRequest(http.MethodPost, "/write", w)
 		next := &countingNext{}
@@ -230,7 +180,7 @@ func BenchmarkGate(b *testing.B) {
 	})
 
 	b.Run("follower_redirect", func(b *testing.B) {
-		g := benchGate(b, Gate{Election: "bench", Follower: FollowerRedirect}, following)
+		g := newGate(b, Gate{Election: "bench", Follower: FollowerRedirect}, following)
 		w := &discardWriter{h: http.Header{}}
 		r, repl, fresh := preparedRequest(http.MethodPost, "/write?x=1", w)
 		next := &countingNext{}

@@ -29,17 +29,23 @@ type testInstance struct {
 
 func (i *testInstance) now() time.Time { return time.Now().Add(time.Duration(i.skew.Load())) }
 
-func startInstance(t *testing.T, endpoints []string, id, election string, ttl time.Duration) *testInstance {
+// startInstance starts a candidate. With skewable, it reads the instance's own clock, which
+// a test can move forward; without, the production clock, as benchmarks want.
+func startInstance(t testing.TB, endpoints []string, id, election string, ttl time.Duration, skewable bool) *testInstance {
 	t.Helper()
 	inst := &testInstance{id: id}
 	backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: endpoints, Prefix: "/gate-test/", DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cand, err := elector.NewCandidate(elector.Config{
+	cfg := elector.Config{
 		ID: id, URL: "http://" + id + ".test:8080", TTL: ttl, DrainTimeout: 5 * time.Second,
-		Backend: backend, Logger: zaptest.NewLogger(t).Named(id), Now: inst.now,
-	})
+		Backend: backend, Logger: zaptest.NewLogger(t).Named(id),
+	}
+	if skewable {
+		cfg.Now = inst.now
+	}
+	cand, err := elector.NewCandidate(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +62,10 @@ func startInstance(t *testing.T, endpoints []string, id, election string, ttl ti
 
 // leaderAndFollower starts two instances in a fresh election and returns them once one
 // leads and the other knows it.
-func leaderAndFollower(t *testing.T, endpoints []string, election string) (leader, follower *testInstance) {
+func leaderAndFollower(t testing.TB, endpoints []string, election string, skewable bool) (leader, follower *testInstance) {
 	t.Helper()
-	a := startInstance(t, endpoints, "a", election, 3*time.Second)
-	b := startInstance(t, endpoints, "b", election, 3*time.Second)
+	a := startInstance(t, endpoints, "a", election, 3*time.Second, skewable)
+	b := startInstance(t, endpoints, "b", election, 3*time.Second, skewable)
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		_, aLeads := a.election.Check()
@@ -76,7 +82,7 @@ func leaderAndFollower(t *testing.T, endpoints []string, election string) (leade
 	return nil, nil
 }
 
-func newGate(t *testing.T, g Gate, e *elector.Election) *Gate {
+func newGate(t testing.TB, g Gate, e *elector.Election) *Gate {
 	t.Helper()
 	g.setDefaults()
 	if err := g.check(); err != nil {
@@ -120,7 +126,7 @@ func TestGate(t *testing.T) {
 		t.Skip("starts etcd")
 	}
 	cluster := etcdtest.Start(t, 1)
-	leader, follower := leaderAndFollower(t, cluster.Endpoints(), "gate")
+	leader, follower := leaderAndFollower(t, cluster.Endpoints(), "gate", true)
 	token := leader.election.Term().Token
 
 	t.Run("leader_admits_and_sets_placeholders", func(t *testing.T) {
@@ -251,7 +257,7 @@ func TestGateDrainsBeforeHandover(t *testing.T) {
 		t.Skip("starts etcd")
 	}
 	cluster := etcdtest.Start(t, 1)
-	leader, follower := leaderAndFollower(t, cluster.Endpoints(), "drain")
+	leader, follower := leaderAndFollower(t, cluster.Endpoints(), "drain", true)
 	g := newGate(t, Gate{Election: "drain"}, leader.election)
 
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -338,7 +344,7 @@ func TestGateCancelOnLoss(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			election := "cancel-" + fmt.Sprint(tc.cancelOnLoss)
-			leader, _ := leaderAndFollower(t, cluster.Endpoints(), election)
+			leader, _ := leaderAndFollower(t, cluster.Endpoints(), election, true)
 			g := newGate(t, Gate{Election: election, CancelOnLoss: tc.cancelOnLoss}, leader.election)
 
 			running := make(chan context.Context, 1)
@@ -391,7 +397,7 @@ func TestSetTermPlaceholdersOverridesEarlierValues(t *testing.T) {
 		t.Skip("starts etcd")
 	}
 	cluster := etcdtest.Start(t, 1)
-	leader, follower := leaderAndFollower(t, cluster.Endpoints(), "override")
+	leader, follower := leaderAndFollower(t, cluster.Endpoints(), "override", true)
 	_, repl := gatedRequest(http.MethodPost, "/")
 	// First seen on a follower (as a held request is), then served under a leader's term.
 	new(placeholderCache).set(repl, follower.election.Term(), false)
