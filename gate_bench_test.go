@@ -114,30 +114,14 @@ func BenchmarkGate(b *testing.B) {
 	// baseline: the loop, resetting the replacer and calling the no-op handler, without a
 	// gate. Subtract it from the others for the gate's own cost.
 	b.Run("baseline_no_gate", func(b *testing.B) {
-		w := &discardWriter{h: http.Header{}}
-		r, repl, fresh := preparedRequest(http.MethodPost, "/write", w)
 		var next caddyhttp.Handler = &countingNext{}
-		b.ReportAllocs()
-		cpu := startCPUClock(b)
-		for b.Loop() {
-			*repl = fresh
-			_ = next.ServeHTTP(w, r)
-		}
-		cpu.stop()
+		benchServe(b, "/write", func(w http.ResponseWriter, r *http.Request) { _ = next.ServeHTTP(w, r) })
 	})
 
 	b.Run("leader_admit", func(b *testing.B) {
 		g := newGate(b, Gate{Election: "bench"}, leading)
-		w := &discardWriter{h: http.Header{}}
-		r, repl, fresh := preparedRequest(http.MethodPost, "/write", w)
 		next := &countingNext{}
-		b.ReportAllocs()
-		cpu := startCPUClock(b)
-		for b.Loop() {
-			*repl = fresh
-			_ = g.ServeHTTP(w, r, next)
-		}
-		cpu.stop()
+		benchServe(b, "/write", func(w http.ResponseWriter, r *http.Request) { _ = g.ServeHTTP(w, r, next) })
 		if next.n != b.N {
 			b.Fatalf("the gate admitted %d of %d requests", next.n, b.N)
 		}
@@ -165,36 +149,38 @@ func BenchmarkGate(b *testing.B) {
 
 	b.Run("follower_reject", func(b *testing.B) {
 		g := newGate(b, Gate{Election: "bench"}, following)
-		w := &discardWriter{h: http.Header{}}
-		r, repl, fresh := preparedRequest(http.MethodPost, "/write", w)
 		next := &countingNext{}
-		b.ReportAllocs()
-		cpu := startCPUClock(b)
-		for b.Loop() {
-			*repl = fresh
+		benchServe(b, "/write", func(w http.ResponseWriter, r *http.Request) {
 			if g.ServeHTTP(w, r, next) == nil {
 				b.Fatal("a follower admitted a gated request")
 			}
-		}
-		cpu.stop()
+		})
 	})
 
 	b.Run("follower_redirect", func(b *testing.B) {
 		g := newGate(b, Gate{Election: "bench", Follower: FollowerRedirect}, following)
-		w := &discardWriter{h: http.Header{}}
-		r, repl, fresh := preparedRequest(http.MethodPost, "/write?x=1", w)
 		next := &countingNext{}
-		b.ReportAllocs()
-		cpu := startCPUClock(b)
-		for b.Loop() {
-			*repl = fresh
-			_ = g.ServeHTTP(w, r, next)
-		}
-		cpu.stop()
+		w := benchServe(b, "/write?x=1", func(w http.ResponseWriter, r *http.Request) { _ = g.ServeHTTP(w, r, next) })
 		if next.n != 0 || w.h.Get("Location") == "" {
 			b.Fatalf("a follower passed %d requests on, Location %q", next.n, w.h.Get("Location"))
 		}
 	})
+}
+
+// benchServe times serve on one prepared request per iteration, putting the replacer back
+// to its fresh state each time as Caddy hands every request a new one. It returns the
+// writer for the caller's checks.
+func benchServe(b *testing.B, target string, serve func(http.ResponseWriter, *http.Request)) *discardWriter {
+	w := &discardWriter{h: http.Header{}}
+	r, repl, fresh := preparedRequest(http.MethodPost, target, w)
+	b.ReportAllocs()
+	cpu := startCPUClock(b)
+	for b.Loop() {
+		*repl = fresh
+		serve(w, r)
+	}
+	cpu.stop()
+	return w
 }
 
 func BenchmarkMatcher(b *testing.B) {

@@ -27,6 +27,18 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
 )
 
+// startForwardingFleet starts a 1-member etcd, a recording backend, and three instances
+// whose gate proxies admitted requests to it, with the given follower mode and hold (""
+// for the default), and waits for their leader.
+func startForwardingFleet(t *testing.T, follower, hold string) (*recordingBackend, []*Instance, *Instance, int64) {
+	t.Helper()
+	etcd := etcdtest.Start(t, 1)
+	backend := startBackend(t)
+	fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: follower, Hold: hold, Backend: backend.srv.URL})
+	leader, token := WaitStableLeader(t, fleet, electTimeout)
+	return backend, fleet, leader, token
+}
+
 // arrival is one request as the application behind the gated route received it.
 type arrival struct {
 	ReqID    string
@@ -302,10 +314,7 @@ func TestForwarding(t *testing.T) {
 	}
 	for _, sc := range switchovers {
 		t.Run("graceful_switchover_under_load_fails_no_request/"+sc.name, func(t *testing.T) {
-			etcd := etcdtest.Start(t, 1)
-			backend := startBackend(t)
-			fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: sc.follower, Hold: "2s", Backend: backend.srv.URL})
-			leader, token := WaitStableLeader(t, fleet, electTimeout)
+			backend, fleet, leader, token := startForwardingFleet(t, sc.follower, "2s")
 
 			client := &http.Client{Timeout: 10 * time.Second} // follows redirects, keeping POST and body on 307
 			l := newLoadRun(fleet, client)
@@ -337,10 +346,7 @@ func TestForwarding(t *testing.T) {
 	}
 
 	t.Run("crash_of_the_leader_holds_then_503_and_serves_nothing_twice", func(t *testing.T) {
-		etcd := etcdtest.Start(t, 1)
-		backend := startBackend(t)
-		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Hold: "1s", Backend: backend.srv.URL})
-		leader, _ := WaitStableLeader(t, fleet, electTimeout)
+		backend, fleet, leader, _ := startForwardingFleet(t, "forward", "1s")
 
 		l := newLoadRun(fleet, &http.Client{Timeout: 10 * time.Second})
 		done := make(chan struct{})
@@ -367,10 +373,7 @@ func TestForwarding(t *testing.T) {
 	})
 
 	t.Run("loop_guard_one_hop_at_most", func(t *testing.T) {
-		etcd := etcdtest.Start(t, 1)
-		backend := startBackend(t)
-		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Hold: "500ms", Backend: backend.srv.URL})
-		leader, _ := WaitStableLeader(t, fleet, electTimeout)
+		backend, fleet, leader, _ := startForwardingFleet(t, "forward", "500ms")
 		follower := others(fleet, leader)[0]
 
 		send := func(in *Instance, id string) (int, string) {
@@ -401,10 +404,7 @@ func TestForwarding(t *testing.T) {
 	})
 
 	t.Run("websocket_and_10MB_streamed_upload_through_a_follower", func(t *testing.T) {
-		etcd := etcdtest.Start(t, 1)
-		backend := startBackend(t)
-		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Backend: backend.srv.URL})
-		leader, _ := WaitStableLeader(t, fleet, electTimeout)
+		backend, fleet, leader, _ := startForwardingFleet(t, "forward", "")
 		follower := others(fleet, leader)[0]
 
 		// /gated/* is gated for every method, so the upgrade (a GET) is forwarded too.
@@ -459,10 +459,7 @@ func TestForwarding(t *testing.T) {
 	})
 
 	t.Run("added_latency_of_a_forwarded_request", func(t *testing.T) {
-		etcd := etcdtest.Start(t, 1)
-		backend := startBackend(t)
-		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Backend: backend.srv.URL})
-		leader, _ := WaitStableLeader(t, fleet, electTimeout)
+		_, fleet, leader, _ := startForwardingFleet(t, "forward", "")
 		follower := others(fleet, leader)[0]
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 		measure := func(in *Instance) time.Duration {

@@ -94,9 +94,6 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 	return c, nil
 }
 
-// ID is this instance's id.
-func (c *Candidate) ID() string { return c.cfg.ID }
-
 // TTL is the lease TTL the candidate asks for.
 func (c *Candidate) TTL() time.Duration { return c.cfg.TTL }
 

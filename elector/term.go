@@ -84,15 +84,6 @@ func (t *Term) Leading(now time.Time) bool {
 	return t.lease != nil && !t.Draining && !t.Settling && t.lease.valid(now)
 }
 
-// LeaseRemaining is how long this instance's lease deadline is still ahead of now while it
-// holds the key; zero otherwise.
-func (t *Term) LeaseRemaining(now time.Time) time.Duration {
-	if t.lease == nil {
-		return 0
-	}
-	return t.lease.remaining(now)
-}
-
 // LeaderKnown reports whether some instance (perhaps this one) is known to hold the key.
 func (t *Term) LeaderKnown() bool { return t.Leader.ID != "" }
 

@@ -2,6 +2,7 @@ package etcdbackend
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,8 @@ func TestLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	failures := new(failureCounter)
+	cand.SetObserver(failures)
 	e := cand.Election("logs")
 	cand.Start()
 	e.Start()
@@ -68,10 +71,12 @@ func TestLogs(t *testing.T) {
 		t.Errorf("became leader: token = %v", elected["token"])
 	}
 
-	// Cut etcd off long enough for many failed renewals and the lease to lapse.
+	// Cut etcd off until the lease lapses and many more requests have failed, none of
+	// which may log again.
 	proxy.Blackhole()
 	waitFor(t, 10*time.Second, "stepping down", func() bool { return logs.FilterMessage("stepped down").Len() == 1 })
-	time.Sleep(2 * time.Second) // more failing retries, which must not log again
+	failedBefore := failures.Load()
+	waitFor(t, 30*time.Second, "more failed etcd requests", func() bool { return failures.Load() >= failedBefore+5 })
 	proxy.Heal()
 	waitFor(t, 15*time.Second, "etcd reachable again", func() bool { return logs.FilterMessage("etcd reachable again").Len() >= 1 })
 
@@ -94,3 +99,10 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// failureCounter counts the failed etcd requests a candidate reports.
+type failureCounter struct{ atomic.Int64 }
+
+func (*failureCounter) TermChanged(*elector.Election, *elector.Term, *elector.Term) {}
+
+func (f *failureCounter) StoreFailed(string, error) { f.Add(1) }
