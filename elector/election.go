@@ -408,7 +408,10 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64) error {
 		case <-ctx.Done():
 			return nil
 		case <-l.lost:
+			// Renewals failed for a whole lease (or the store dropped it): what the
+			// watch showed may be stale too, until the key is read again.
 			e.loseLease(l)
+			e.lostContact(l)
 			return nil
 		case <-holdOver:
 			return nil
@@ -435,8 +438,9 @@ func (watchClosed) Error() string { return "watch closed by the store" }
 
 var errWatchClosed error = watchClosed{}
 
-// pause waits out one backoff step; it returns false if ctx ended. If the lease is lost
-// meanwhile, leadership is given up at once rather than after the wait.
+// pause waits out one backoff step after a failed read; it returns false if ctx ended. If
+// the lease is lost meanwhile, leadership is given up, and the leader forgotten, at once
+// rather than after the wait.
 func (e *Election) pause(ctx context.Context, l *lease, retry *backoff) bool {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -444,6 +448,7 @@ func (e *Election) pause(ctx context.Context, l *lease, retry *backoff) bool {
 		select {
 		case <-l.lost:
 			e.loseLease(l)
+			e.lostContact(l)
 		case <-wctx.Done():
 		}
 	}()
@@ -541,9 +546,15 @@ func (e *Election) loseLease(l *lease) {
 	}
 }
 
-// lostContact forgets the leader once the key cannot be read: a stale leader is worse than
-// none for redirects. A key held under a still-valid lease stays held.
+// lostContact forgets the leader once the key cannot be read and this instance has been out
+// of touch with the store for a whole lease (l is no longer valid). Before that, the leader
+// last seen most likely still leads: a brief outage, such as etcd electing a new raft leader,
+// should not leave redirects and forwarded requests without a target. After it, a stale
+// leader is worse than none. A key held under a still-valid lease stays held.
 func (e *Election) lostContact(l *lease) {
+	if l.valid(e.c.now()) {
+		return // pause forgets the leader if l is given up before contact is back
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if t := e.term.Load(); t.lease == nil && t.LeaderKnown() {
