@@ -85,6 +85,10 @@ func (m *member) start(initialCluster, state string, frontLn net.Listener) (*ins
 	// again for each stream they open, which at the default cost keeps a race-enabled
 	// test's CPU busy for seconds.
 	cfg.BcryptCost = 4
+	// The members share one machine's disk and a test never outlives its OS, so skipping
+	// fsync loses nothing a test looks at, and keeps a slow CI disk from stretching raft
+	// round trips into lease renewals.
+	cfg.UnsafeNoFsync = true
 	if m.opts.AuthTokenTTL > 0 {
 		cfg.AuthTokenTTL = uint(m.opts.AuthTokenTTL / time.Second)
 	}
