@@ -25,9 +25,17 @@ const NotLeaderHeader = "Caddy-Leader-Not-Leader"
 // go straight through and are not retried.
 const replayLimit = 64 << 10
 
-// maxForwardTries bounds how often one request is sent to an instance that turns out to
-// have just let go of leadership (failed connections are retried until Hold runs out).
-const maxForwardTries = 3
+// The instance that answered NotLeaderHeader may be the one this instance takes for the
+// leader: the ex-leader, whose stepping down has not reached this instance yet, or the
+// successor, which has not yet confirmed its own win or is still waiting for its
+// predecessor to stop. Either way the next try waits for this instance's view of the
+// election to change, or for a pause that starts at firstNotLeaderPause and doubles up to
+// maxNotLeaderPause, so that a settling successor is asked again soon but not in a tight
+// loop. Hold bounds the whole.
+const (
+	firstNotLeaderPause = 5 * time.Millisecond
+	maxNotLeaderPause   = 100 * time.Millisecond
+)
 
 // forward proxies r to the leader, holding it (up to Hold) across what a leader change
 // throws at it: a leader that turns out to have let go in the meantime (it answers 503 with
@@ -42,6 +50,7 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 		return caddyhttp.Error(http.StatusBadRequest, err)
 	}
 	deadline := time.Now().Add(g.hold)
+	pause := firstNotLeaderPause
 	for try := 1; ; try++ {
 		if body != nil {
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -67,22 +76,43 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 			// reading the request's variables: give this try its own.
 			r = r.WithContext(withOwnVars(r.Context()))
 		}
+		changed := g.election.Changed()
 		catcher := newNotLeaderCatcher(w)
 		err := g.forwarder.ServeHTTP(catcher, r, next)
 		switch {
 		case catcher.caught:
 			catcher.restoreHeader()
-			if !replayable {
+			if !replayable || !waitForChange(r.Context(), changed, pause, deadline) {
 				return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
 			}
+			pause = min(2*pause, maxNotLeaderPause)
 		case err == nil:
 			return nil // the leader answered
 		case !notSent(err):
 			return g.forwardFailed(w, err)
 		}
-		if try == maxForwardTries && catcher.caught || time.Now().After(deadline) {
+		if time.Now().After(deadline) {
 			return g.forwardFailed(w, err)
 		}
+	}
+}
+
+// waitForChange waits until changed is closed or pause has passed, and reports whether that
+// happened before deadline (and before ctx ended).
+func waitForChange(ctx context.Context, changed <-chan struct{}, pause time.Duration, deadline time.Time) bool {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return false
+	}
+	timer := time.NewTimer(min(pause, left))
+	defer timer.Stop()
+	select {
+	case <-changed:
+		return true
+	case <-timer.C:
+		return pause < left
+	case <-ctx.Done():
+		return false
 	}
 }
 

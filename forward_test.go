@@ -1,11 +1,18 @@
 package caddyleader
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddyleader/caddy-leader/internal/etcdtest"
 )
 
 func TestNotLeaderCatcher(t *testing.T) {
@@ -91,4 +98,115 @@ func TestBufferBody(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestForwardAsksAgainWhileTheLeaderSettles: the instance a follower takes for the leader
+// may answer NotLeaderHeader for a while (it has not yet confirmed its own win, or it waits
+// for its predecessor to stop). The follower keeps asking, paced, and serves the request
+// once the leader admits it, or answers 503 with Retry-After when Hold runs out.
+func TestForwardAsksAgainWhileTheLeaderSettles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster := etcdtest.Start(t, 1)
+	const always = -1
+	cases := []struct {
+		name     string
+		refusals int // answers with NotLeaderHeader before the leader admits
+		hold     time.Duration
+		// What the client gets, and how many tries the leader saw at least and at most.
+		wantStatus         int
+		minTries, maxTries int32
+	}{
+		// Six refusals: more than a fixed try budget would allow, well within Hold.
+		{"served_once_the_leader_admits", 6, 5 * time.Second, http.StatusOK, 7, 7},
+		// Paced: the pauses (5, 10, 20, 40, 80, 100ms...) fit about 7 tries into 300ms,
+		// and a slow machine fits fewer; a tight loop would make thousands.
+		{"503_when_hold_runs_out", always, 300 * time.Millisecond, http.StatusServiceUnavailable, 2, 8},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			election := "settling-" + tc.name
+			var tries atomic.Int32
+			var forwardedBy atomic.Value
+			leaderSide := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := tries.Add(1)
+				forwardedBy.Store(r.Header.Get(ForwardedByHeader))
+				body, _ := io.ReadAll(r.Body)
+				if tc.refusals == always || int(n) <= tc.refusals {
+					w.Header().Set(NotLeaderHeader, election)
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				fmt.Fprintf(w, "served %s", body)
+			}))
+			t.Cleanup(leaderSide.Close)
+
+			eps := cluster.Endpoints()
+			leader := startInstanceAt(t, eps, "leader", leaderSide.URL, election, 3*time.Second, false)
+			waitUntil(t, "the leader leads", func() bool { _, ok := leader.election.Check(); return ok })
+			follower := startInstance(t, eps, "follower", election, 3*time.Second, false)
+			waitUntil(t, "the follower knows the leader", func() bool {
+				return follower.election.Term().Leader.ID == "leader"
+			})
+
+			hold := caddy.Duration(tc.hold)
+			g := newGate(t, Gate{Election: election, Follower: FollowerForward, Hold: &hold}, follower.election)
+			if err := g.provisionForwarder(newLoadedContext(t), &App{InstanceID: "follower"}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = g.Cleanup() })
+
+			r, _ := gatedRequest(http.MethodPost, "/write")
+			r.Body = io.NopCloser(strings.NewReader("payload"))
+			r.ContentLength = int64(len("payload"))
+			w := httptest.NewRecorder()
+			next := &recordingNext{}
+			err := g.ServeHTTP(w, r, next)
+			if next.ran {
+				t.Fatal("the follower served the request itself")
+			}
+			if tc.wantStatus == http.StatusOK {
+				if err != nil || w.Code != http.StatusOK || w.Body.String() != "served payload" {
+					t.Fatalf("got %d %q, error %v; want 200 %q", w.Code, w.Body.String(), err, "served payload")
+				}
+			} else {
+				assertHandlerError(t, err, tc.wantStatus)
+				if w.Header().Get("Retry-After") == "" || w.Header().Get(NotLeaderHeader) != "" {
+					t.Fatalf("503 headers %v: want Retry-After, and nothing of the refusals", w.Header())
+				}
+			}
+			if n := tries.Load(); n < tc.minTries || n > tc.maxTries {
+				t.Errorf("the leader saw %d tries, want %d to %d", n, tc.minTries, tc.maxTries)
+			}
+			if by := forwardedBy.Load(); by != "follower" {
+				t.Errorf("%s = %q, want the follower's id", ForwardedByHeader, by)
+			}
+		})
+	}
+}
+
+// waitUntil polls cond for up to 10s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+	}
+}
+
+// newLoadedContext is a context of a running (empty) Caddy config: reverse_proxy's
+// Provision looks up the events app in it.
+func newLoadedContext(t *testing.T) caddy.Context {
+	t.Helper()
+	if err := caddy.Load([]byte(`{"admin": {"disabled": true, "config": {"persist": false}}}`), true); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := caddy.NewContext(caddy.ActiveContext())
+	t.Cleanup(func() {
+		cancel()
+		_ = caddy.Stop()
+	})
+	return ctx
 }

@@ -33,13 +33,19 @@ func (i *testInstance) now() time.Time { return time.Now().Add(time.Duration(i.s
 // a test can move forward; without, the production clock, as benchmarks want.
 func startInstance(t testing.TB, endpoints []string, id, election string, ttl time.Duration, skewable bool) *testInstance {
 	t.Helper()
+	return startInstanceAt(t, endpoints, id, "http://"+id+".test:8080", election, ttl, skewable)
+}
+
+// startInstanceAt starts a candidate that advertises url.
+func startInstanceAt(t testing.TB, endpoints []string, id, url, election string, ttl time.Duration, skewable bool) *testInstance {
+	t.Helper()
 	inst := &testInstance{id: id}
 	backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: endpoints, Prefix: "/gate-test/", DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := elector.Config{
-		ID: id, URL: "http://" + id + ".test:8080", TTL: ttl, DrainTimeout: 5 * time.Second,
+		ID: id, URL: url, TTL: ttl, DrainTimeout: 5 * time.Second,
 		Backend: backend, Logger: zaptest.NewLogger(t).Named(id),
 	}
 	if skewable {
@@ -92,13 +98,18 @@ func newGate(t testing.TB, g Gate, e *elector.Election) *Gate {
 	return &g
 }
 
-// gatedRequest builds a request as Caddy's server hands it to handlers: with a replacer and
-// the original request in its context.
+// gatedRequest builds a request as Caddy's server hands it to handlers: with a replacer, the
+// original request, the server and the request variables in its context.
 func gatedRequest(method, target string) (*http.Request, *caddy.Replacer) {
 	r := httptest.NewRequest(method, target, nil)
 	repl := caddy.NewReplacer()
 	ctx := context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)
 	ctx = context.WithValue(ctx, caddyhttp.OriginalRequestCtxKey, *r)
+	ctx = context.WithValue(ctx, caddyhttp.ServerCtxKey, &caddyhttp.Server{})
+	ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{
+		caddyhttp.TrustedProxyVarKey: false,
+		caddyhttp.ClientIPVarKey:     "192.0.2.1", // httptest's client address
+	})
 	return r.WithContext(ctx), repl
 }
 
