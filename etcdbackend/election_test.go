@@ -375,6 +375,52 @@ func testElectionScenarios(t *testing.T, cluster *etcdtest.Cluster) {
 			t.Fatal("both twins hold the key")
 		}
 	})
+
+	// A follower cut off from etcd by a silent link (its watch does not fail for many
+	// seconds) keeps the leader it last saw while its own lease is valid, as a brief outage
+	// warrants, and forgets it once the lease lapses, so that it stops redirecting and
+	// forwarding to a leader it can no longer vouch for. Healed, it sees the same term again.
+	t.Run("cut_off_follower_forgets_the_leader_when_its_own_lease_lapses", func(t *testing.T) {
+		f := startFleet(t, cluster, fleetOptions{size: 2, ttl: ttl, election: "cut-follower"})
+		leader, token := f.waitLeader(ttl + 5*time.Second)
+		follower := f.others(leader)[0]
+
+		follower.cut()
+		// No renewal gets through any more, so the lease deadline stays where it is now.
+		leaseDeadline := time.Now().Add(follower.cand.LeaseRemaining())
+		// A lapsed lease is noticed at its deadline; a whole ttl more allows for a busy machine
+		// and still comes well before the watch's keepalive gives up (5s + 3s).
+		giveUp := leaseDeadline.Add(ttl)
+		var forgotten *elector.Term
+		for forgotten == nil {
+			term := follower.election.Term()
+			switch {
+			case term.Leader.ID == "":
+				forgotten = term
+			case term.Leader.ID != leader.id || term.Token != token:
+				t.Fatalf("cut-off follower sees leader %q token %d (reason %q), want %s token %d or none",
+					term.Leader.ID, term.Token, term.Reason, leader.id, token)
+			case time.Now().After(giveUp):
+				t.Fatalf("cut-off follower still shows leader %s %v after its lease deadline", leader.id, time.Since(leaseDeadline))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if forgotten.At.Before(leaseDeadline) {
+			t.Errorf("the leader was forgotten %v before the follower's lease deadline (reason %q)",
+				leaseDeadline.Sub(forgotten.At), forgotten.Reason)
+		}
+		if forgotten.Reason != "etcd unreachable" {
+			t.Errorf("reason %q, want %q", forgotten.Reason, "etcd unreachable")
+		}
+		if !leader.leading() {
+			t.Fatalf("the leader, which kept its link, stopped leading: %s", leader.election.Term().Reason)
+		}
+
+		follower.heal()
+		if again, tok := f.waitLeader(ttl + 10*time.Second); again != leader || tok != token {
+			t.Errorf("after the heal %s leads with token %d, want %s with token %d", again.id, tok, leader.id, token)
+		}
+	})
 }
 
 // TestEtcdMemberLoss stops etcd members under a 3-member cluster: a quorum remains, so the
@@ -419,61 +465,6 @@ func watchUnchanged(t *testing.T, f *fleet, leader *node, token int64, d time.Du
 			}
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// TestCutOffFollowerForgetsLeaderWhenItsLeaseLapses cuts a follower off from etcd without
-// closing its connections (a silent link, so its watch does not fail for many seconds): it
-// keeps the leader it last saw while its own lease is valid, as a brief outage warrants, and
-// forgets it once the lease lapses, so that it stops redirecting and forwarding to a leader
-// it can no longer vouch for. Healed, it sees the same leader and term again.
-func TestCutOffFollowerForgetsLeaderWhenItsLeaseLapses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
-	const ttl = 2 * time.Second
-	cluster := etcdtest.Start(t, 1)
-	f := startFleet(t, cluster, fleetOptions{size: 2, ttl: ttl, election: "cut-follower"})
-	leader, token := f.waitLeader(ttl + 5*time.Second)
-	follower := f.nodes[0]
-	if follower == leader {
-		follower = f.nodes[1]
-	}
-
-	follower.cut()
-	// No renewal gets through any more, so the lease deadline stays where it is now.
-	leaseDeadline := time.Now().Add(follower.cand.LeaseRemaining())
-	// A lapsed lease is noticed at its deadline; a whole ttl more allows for a busy machine
-	// and still comes well before the watch's keepalive gives up (5s + 3s).
-	giveUp := leaseDeadline.Add(ttl)
-	var forgotten *elector.Term
-	for forgotten == nil {
-		term := follower.election.Term()
-		switch {
-		case term.Leader.ID == "":
-			forgotten = term
-		case term.Leader.ID != leader.id || term.Token != token:
-			t.Fatalf("cut-off follower sees leader %q token %d (reason %q), want %s token %d or none",
-				term.Leader.ID, term.Token, term.Reason, leader.id, token)
-		case time.Now().After(giveUp):
-			t.Fatalf("cut-off follower still shows leader %s %v after its lease deadline", leader.id, time.Since(leaseDeadline))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if forgotten.At.Before(leaseDeadline) {
-		t.Errorf("the leader was forgotten %v before the follower's lease deadline (reason %q)",
-			leaseDeadline.Sub(forgotten.At), forgotten.Reason)
-	}
-	if forgotten.Reason != "etcd unreachable" {
-		t.Errorf("reason %q, want %q", forgotten.Reason, "etcd unreachable")
-	}
-	if !leader.leading() {
-		t.Fatalf("the leader, which kept its link, stopped leading: %s", leader.election.Term().Reason)
-	}
-
-	follower.heal()
-	if again, tok := f.waitLeader(ttl + 10*time.Second); again != leader || tok != token {
-		t.Errorf("after the heal %s leads with token %d, want %s with token %d", again.id, tok, leader.id, token)
 	}
 }
 
