@@ -553,7 +553,7 @@ func (e *Election) loseLease(l *lease) {
 // leader is worse than none. A key held under a still-valid lease stays held.
 func (e *Election) lostContact(l *lease) {
 	if l.valid(e.c.now()) {
-		return // pause forgets the leader if l is given up before contact is back
+		return // pause and follow call again when l is given up
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
