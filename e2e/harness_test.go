@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddyleader/caddy-leader/internal/freeport"
 )
 
 // ttl is every instance's lease TTL: etcd's minimum for its default 1s election timeout,
@@ -282,7 +284,7 @@ func StartInstance(t *testing.T, id string, cfg Config) *Instance {
 }
 
 func startInstance(t *testing.T, id string, cfg Config) (*Instance, error) {
-	ports, err := freePorts(2)
+	ports, err := freeport.Pick(2)
 	if err != nil {
 		t.Fatalf("free ports: %v", err)
 	}
@@ -373,20 +375,6 @@ func StartFleet(t *testing.T, n int, cfg Config) []*Instance {
 		fleet[i] = StartInstance(t, fmt.Sprintf("c%d", i), cfg)
 	}
 	return fleet
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // URL is the instance's HTTP base URL, which it also advertises.

@@ -17,6 +17,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/caddyleader/caddy-leader/internal/freeport"
 )
 
 // etcdProcs is an etcd cluster of real processes (cmd/etcd-local, one member each) on
@@ -85,7 +87,8 @@ func startEtcdProcs(t *testing.T, n int) *etcdProcs {
 }
 
 func tryStartEtcdProcs(t *testing.T, bin string, n int) (*etcdProcs, error) {
-	ports, err := freePorts(2 * n)
+	// Stopped members bind their ports again: see freeport.
+	ports, err := freeport.Pick(2 * n)
 	if err != nil {
 		return nil, err
 	}

@@ -4,25 +4,20 @@ package main
 import (
 	"flag"
 	"fmt"
-	"net"
 	"os"
+
+	"github.com/caddyleader/caddy-leader/internal/freeport"
 )
 
 func main() {
 	n := flag.Int("n", 1, "how many ports")
 	flag.Parse()
-	// Every listener stays open until all are chosen, so no port is printed twice.
-	var lns []net.Listener
-	for range *n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "freeports:", err)
-			os.Exit(1)
-		}
-		lns = append(lns, ln)
-		fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	ports, err := freeport.Pick(*n)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "freeports:", err)
+		os.Exit(1)
 	}
-	for _, ln := range lns {
-		ln.Close()
+	for _, p := range ports {
+		fmt.Println(p)
 	}
 }

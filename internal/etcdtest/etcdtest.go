@@ -19,6 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/caddyleader/caddy-leader/internal/freeport"
 )
 
 const (
@@ -144,7 +146,9 @@ func tryStart(base string, n int, opts Options) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
-	ports, err := freePorts(2 * n)
+	// etcd binds these again when a stopped member restarts: freeport picks them where
+	// no other process is handed ports meanwhile.
+	ports, err := freeport.Addrs(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -188,28 +192,6 @@ func tryStart(base string, n int, opts Options) (c *Cluster, err error) {
 		c.mu.Unlock()
 	}
 	return c, nil
-}
-
-// freePorts returns n distinct "127.0.0.1:PORT" addresses that were free a
-// moment ago. All listeners stay open until every port is chosen so the
-// kernel cannot hand out the same port twice.
-func freePorts(n int) ([]string, error) {
-	var addrs []string
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs, nil
 }
 
 // Endpoints returns the client URLs of all members, running or not, in
