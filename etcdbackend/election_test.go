@@ -385,29 +385,34 @@ func testElectionScenarios(t *testing.T, cluster *etcdtest.Cluster) {
 		leader, token := f.waitLeader(ttl + 5*time.Second)
 		follower := f.others(leader)[0]
 
+		failures := new(failureCounter)
+		follower.cand.SetObserver(failures)
 		follower.cut()
 		// No renewal gets through any more, so the lease deadline stays where it is now.
 		leaseDeadline := time.Now().Add(follower.cand.LeaseRemaining())
-		// A lapsed lease is noticed at its deadline; a whole ttl more allows for a busy machine
-		// and still comes well before the watch's keepalive gives up (5s + 3s).
-		giveUp := leaseDeadline.Add(ttl)
 		var forgotten *elector.Term
-		for forgotten == nil {
+		var failedReads int64
+		for giveUp := time.Now().Add(30 * time.Second); forgotten == nil; time.Sleep(5 * time.Millisecond) {
 			term := follower.election.Term()
 			switch {
 			case term.Leader.ID == "":
-				forgotten = term
+				forgotten, failedReads = term, failures.campaign.Load()
 			case term.Leader.ID != leader.id || term.Token != token:
 				t.Fatalf("cut-off follower sees leader %q token %d (reason %q), want %s token %d or none",
 					term.Leader.ID, term.Token, term.Reason, leader.id, token)
 			case time.Now().After(giveUp):
 				t.Fatalf("cut-off follower still shows leader %s %v after its lease deadline", leader.id, time.Since(leaseDeadline))
 			}
-			time.Sleep(5 * time.Millisecond)
 		}
 		if forgotten.At.Before(leaseDeadline) {
 			t.Errorf("the leader was forgotten %v before the follower's lease deadline (reason %q)",
 				leaseDeadline.Sub(forgotten.At), forgotten.Reason)
+		}
+		// The silent link breaks the watch only when its keepalive gives up (5s + 3s): a
+		// follower that forgot only then, on a failed read, kept a leader it could not vouch
+		// for long after its lease had lapsed.
+		if failedReads > 0 {
+			t.Errorf("the leader was forgotten only after %d failed reads of the key, not when the lease lapsed", failedReads)
 		}
 		if forgotten.Reason != "etcd unreachable" {
 			t.Errorf("reason %q, want %q", forgotten.Reason, "etcd unreachable")

@@ -100,9 +100,18 @@ func waitFor(t *testing.T, within time.Duration, what string, ok func() bool) {
 	}
 }
 
-// failureCounter counts the failed etcd requests a candidate reports.
-type failureCounter struct{ atomic.Int64 }
+// failureCounter counts the failed etcd requests a candidate reports: all of them, and
+// the campaign loop's reads and watches of the key apart.
+type failureCounter struct {
+	atomic.Int64
+	campaign atomic.Int64
+}
 
 func (*failureCounter) TermChanged(*elector.Election, *elector.Term, *elector.Term) {}
 
-func (f *failureCounter) StoreFailed(string, error) { f.Add(1) }
+func (f *failureCounter) StoreFailed(op string, _ error) {
+	f.Add(1)
+	if op == "campaign" {
+		f.campaign.Add(1)
+	}
+}
