@@ -90,7 +90,7 @@ func (o *candidateObserver) enqueue(name string, data map[string]any) {
 
 // StoreFailed implements elector.Observer.
 func (o *candidateObserver) StoreFailed(op string, err error) {
-	metrics.etcdErrors.WithLabelValues(op).Inc()
+	metrics.storeErrors.WithLabelValues(op).Inc()
 }
 
 var _ elector.Observer = (*candidateObserver)(nil)

@@ -280,8 +280,9 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		t, admitted = g.election.Enter()
 	}
 	if !admitted && !forwarded && g.hold > 0 && !t.Settled(time.Now()) {
-		g.counts.held.Inc()
+		start := time.Now()
 		t, admitted = g.holdForLeader(r.Context())
+		g.counts.held.Observe(time.Since(start).Seconds())
 	}
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	g.placeholders.set(repl, t, admitted)

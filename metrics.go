@@ -15,17 +15,17 @@ const (
 	outcomeRejected   = "rejected"
 	outcomeRedirected = "redirected"
 	outcomeForwarded  = "forwarded"
-	outcomeHeld       = "held"
 )
 
 // metrics are process-wide. Every config load brings a new Prometheus registry, so the
 // collectors are made once and registered with each new registry: counters go on counting
 // across reloads, and a registry never sees one collector twice.
 var metrics = struct {
-	transitions *prometheus.CounterVec
-	requests    *prometheus.CounterVec
-	etcdErrors  *prometheus.CounterVec
-	state       stateCollector
+	transitions  *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	holdDuration *prometheus.HistogramVec
+	storeErrors  *prometheus.CounterVec
+	state        stateCollector
 }{
 	transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "leader", Name: "transitions_total",
@@ -33,11 +33,18 @@ var metrics = struct {
 	}, []string{"election", "to"}),
 	requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "leader", Name: "requests_total",
-		Help: "Gated requests by outcome: served, rejected, redirected, forwarded; held counts those that waited for a leader.",
+		Help: "Gated requests by outcome (served, rejected, redirected, forwarded); each request is counted once, by how it ended.",
 	}, []string{"election", "outcome"}),
-	etcdErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy", Subsystem: "leader", Name: "etcd_errors_total",
-		Help: "Failed etcd requests by operation (grant, renew, campaign, release).",
+	// A held request ends as one of the outcomes above, so holding is measured apart from
+	// them: the histogram's count is the number of held requests, its sum the time they waited.
+	holdDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "caddy", Subsystem: "leader", Name: "hold_duration_seconds",
+		Help:    "How long gated requests were held waiting for a leader, whatever their outcome.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"election"}),
+	storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "leader", Name: "store_errors_total",
+		Help: "Failed requests to the election store by operation (grant, renew, campaign, release).",
 	}, []string{"op"}),
 }
 
@@ -46,7 +53,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{metrics.transitions, metrics.requests, metrics.etcdErrors, metrics.state} {
+	for _, c := range []prometheus.Collector{metrics.transitions, metrics.requests, metrics.holdDuration, metrics.storeErrors, metrics.state} {
 		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			return err
 		}
@@ -57,14 +64,15 @@ func registerMetrics(reg *prometheus.Registry) error {
 // gateCounters are one gate's request counters, resolved once so that a request pays for
 // an atomic add, not a label lookup.
 type gateCounters struct {
-	served, rejected, redirected, forwarded, held prometheus.Counter
+	served, rejected, redirected, forwarded prometheus.Counter
+	held                                    prometheus.Observer
 }
 
 func newGateCounters(election string) gateCounters {
 	c := func(outcome string) prometheus.Counter { return metrics.requests.WithLabelValues(election, outcome) }
 	return gateCounters{
 		served: c(outcomeServed), rejected: c(outcomeRejected), redirected: c(outcomeRedirected),
-		forwarded: c(outcomeForwarded), held: c(outcomeHeld),
+		forwarded: c(outcomeForwarded), held: metrics.holdDuration.WithLabelValues(election),
 	}
 }
 
@@ -78,9 +86,15 @@ var (
 	leaseRemainingDesc = prometheus.NewDesc("caddy_leader_lease_remaining_seconds",
 		"How long this instance's lease deadline is still ahead.", []string{"election"}, nil)
 	termTokenDesc = prometheus.NewDesc("caddy_leader_term_token",
-		"Fencing token (etcd create revision) of the current term as this instance knows it; 0 when no leader is known.", []string{"election"}, nil)
-	lastContactDesc = prometheus.NewDesc("caddy_leader_last_etcd_contact_seconds",
-		"Seconds since etcd last confirmed this instance's lease.", nil, nil)
+		"Fencing token of the current term as this instance knows it; 0 when no leader is known.", []string{"election"}, nil)
+	termStartDesc = prometheus.NewDesc("caddy_leader_term_start_timestamp_seconds",
+		"When the current term began (Unix seconds, by its holder's clock); 0 when no leader is known.", []string{"election"}, nil)
+	inFlightDesc = prometheus.NewDesc("caddy_leader_requests_in_flight",
+		"Gated requests admitted by this instance that have not finished yet.", []string{"election"}, nil)
+	// A timestamp rather than an age, and exported from the start (0 = never), so that an
+	// alert on "no contact since start" needs no absent() and survives scrapes of a stuck process.
+	lastContactDesc = prometheus.NewDesc("caddy_leader_last_store_contact_timestamp_seconds",
+		"When the store last confirmed this instance's lease (Unix seconds); 0 if it never has.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -88,6 +102,8 @@ func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- isLeaderDesc
 	ch <- leaseRemainingDesc
 	ch <- termTokenDesc
+	ch <- termStartDesc
+	ch <- inFlightDesc
 	ch <- lastContactDesc
 }
 
@@ -104,13 +120,21 @@ func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(isLeaderDesc, prometheus.GaugeValue, leading, name)
 		ch <- prometheus.MustNewConstMetric(leaseRemainingDesc, prometheus.GaugeValue, e.Candidate().LeaseRemaining().Seconds(), name)
 		ch <- prometheus.MustNewConstMetric(termTokenDesc, prometheus.GaugeValue, float64(t.Token), name)
+		ch <- prometheus.MustNewConstMetric(termStartDesc, prometheus.GaugeValue, unixSeconds(t.Leader.Since), name)
+		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(e.InFlight()), name)
 		if c := e.Candidate().LastContact(); c.After(lastContact) {
 			lastContact = c
 		}
 	}
-	if !lastContact.IsZero() {
-		ch <- prometheus.MustNewConstMetric(lastContactDesc, prometheus.GaugeValue, now.Sub(lastContact).Seconds())
+	ch <- prometheus.MustNewConstMetric(lastContactDesc, prometheus.GaugeValue, unixSeconds(lastContact))
+}
+
+// unixSeconds is t as Unix seconds, and 0 for the zero time ("never").
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
 	}
+	return float64(t.UnixNano()) / 1e9
 }
 
 // countTransition counts a change of this instance's role between two terms.

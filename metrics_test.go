@@ -117,9 +117,13 @@ func TestMetricsAndEvents(t *testing.T) {
 					"handlers": [{"handler": "leader_test_recorder"}]}]},
 				"http": {"servers": {"s": {
 					"listen": ["127.0.0.1:%d"], "automatic_https": {"disable": true},
-					"routes": [{"handle": [
-						{"handler": "leader_gate", "election": %q, "hold": 0},
-						{"handler": "static_response", "body": %q}]}]}}}
+					"routes": [
+						{"match": [{"path": ["/held"]}], "handle": [
+							{"handler": "leader_gate", "election": %[5]q, "hold": "100ms"},
+							{"handler": "static_response", "body": %[6]q}]},
+						{"handle": [
+							{"handler": "leader_gate", "election": %[5]q, "hold": 0},
+							{"handler": "static_response", "body": %[6]q}]}]}}}
 			}}`, adminPort, cluster.Endpoint(0), httpPort, httpPort, election, body))
 	}
 	if err := caddy.Load(config("one"), true); err != nil {
@@ -159,7 +163,13 @@ func TestMetricsAndEvents(t *testing.T) {
 		{series("caddy_leader_requests_total", `outcome="served"`), func(v float64) bool { return v == 2 }},
 		{"caddy_leader_term_token" + el, func(v float64) bool { return v > 0 }},
 		{"caddy_leader_lease_remaining_seconds" + el, func(v float64) bool { return v > 0 && v <= 2 }},
-		{"caddy_leader_last_etcd_contact_seconds", func(v float64) bool { return v >= 0 && v < 2 }},
+		{"caddy_leader_last_store_contact_timestamp_seconds", func(v float64) bool {
+			return v > float64(time.Now().Add(-2*time.Second).Unix()) && v <= float64(time.Now().Unix()+1)
+		}},
+		{"caddy_leader_requests_in_flight" + el, func(v float64) bool { return v == 0 }},
+		{"caddy_leader_term_start_timestamp_seconds" + el, func(v float64) bool {
+			return v > float64(time.Now().Add(-time.Minute).Unix()) && v <= float64(time.Now().Unix()+1)
+		}},
 	}
 	for _, c := range checks {
 		if v := metric(t, adminPort, c.series); !c.ok(v) {
@@ -212,6 +222,25 @@ func TestMetricsAndEvents(t *testing.T) {
 		}
 		if v := metric(t, adminPort, series("caddy_leader_requests_total", `outcome="rejected"`)); v != 1 {
 			t.Errorf("rejected = %v, want 1", v)
+		}
+
+		// A held request is counted once by its outcome, and its wait apart from it.
+		resp, err = http.Get(fmt.Sprintf("http://127.0.0.1:%d/held", httpPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("held request after resign: %d, want 503", resp.StatusCode)
+		}
+		if v := metric(t, adminPort, series("caddy_leader_requests_total", `outcome="rejected"`)); v != 2 {
+			t.Errorf("rejected after a held request = %v, want 2 (held requests count once)", v)
+		}
+		if v := metric(t, adminPort, "caddy_leader_hold_duration_seconds_count"+el); v != 1 {
+			t.Errorf("hold_duration_seconds_count = %v, want 1", v)
+		}
+		if v := metric(t, adminPort, "caddy_leader_hold_duration_seconds_sum"+el); v < 0.09 {
+			t.Errorf("hold_duration_seconds_sum = %v, want about the 100ms hold", v)
 		}
 	})
 
