@@ -50,20 +50,30 @@ func (AdminAPI) Routes() []caddy.AdminRoute {
 
 // ElectionStatus is one election as GET /leader/ reports it.
 type ElectionStatus struct {
+	// Election is the election's name.
 	Election string `json:"election"`
-	Self     string `json:"self"`
+	// Self is this instance's instance_id.
+	Self string `json:"self"`
 	// Role is leader, handing_over, follower, or candidate (no leader known).
-	Role      string    `json:"role"`
-	LeaderID  string    `json:"leader_id,omitempty"`
-	LeaderURL string    `json:"leader_url,omitempty"`
-	Token     int64     `json:"token,omitempty"`
+	Role string `json:"role"`
+	// LeaderID is the current leader's instance_id; empty while none is known.
+	LeaderID string `json:"leader_id,omitempty"`
+	// LeaderURL is the current leader's advertise URL; empty while none is known.
+	LeaderURL string `json:"leader_url,omitempty"`
+	// Token is the fencing token of the current term; 0 while no leader is known.
+	Token int64 `json:"token,omitempty"`
+	// TermStart is when the current term began.
 	TermStart time.Time `json:"term_start,omitzero"`
 	// LeaseRemaining is how long this instance's lease deadline is ahead, in seconds.
-	LeaseRemaining float64   `json:"lease_remaining_seconds"`
-	LastContact    time.Time `json:"last_etcd_contact,omitzero"`
-	InFlight       int64     `json:"in_flight"`
-	Reason         string    `json:"reason"`
-	Changed        time.Time `json:"changed_at"`
+	LeaseRemaining float64 `json:"lease_remaining_seconds"`
+	// LastContact is when etcd last confirmed this instance's lease.
+	LastContact time.Time `json:"last_etcd_contact,omitzero"`
+	// InFlight counts the gated requests this instance admitted that are still running.
+	InFlight int64 `json:"in_flight"`
+	// Reason says why the last change of this election's state happened.
+	Reason string `json:"reason"`
+	// Changed is when that change happened.
+	Changed time.Time `json:"changed_at"`
 }
 
 func statusOf(e *elector.Election, now time.Time) ElectionStatus {

@@ -1,6 +1,10 @@
 // Package caddyleader lets a fleet of Caddy instances elect one leader through etcd and
-// serve chosen routes only on that leader: the `leader` app campaigns, the `leader_gate`
-// handler admits, rejects or redirects, and the `leader` matcher routes on leadership.
+// serve chosen routes only on that leader. The `leader` app campaigns; the `leader_gate`
+// handler admits a request on the leader and rejects, redirects or forwards it elsewhere;
+// the `leader` matcher routes on leadership and the `leader_candidate` matcher on being a
+// healthy candidate; the `leader` dynamic upstream source points reverse_proxy at the
+// leader; and the `admin.api.leader` module reports elections and takes resign and
+// transfer requests.
 package caddyleader
 
 import (
@@ -40,8 +44,9 @@ const (
 )
 
 // App is the `leader` app. It owns the connection to etcd and this instance's candidacy in
-// every election that the configuration uses: those named by `leader_gate` handlers and
-// `leader` matchers, and those listed in Elections. Each election is one etcd key,
+// every election that the configuration uses: those named by `leader_gate` handlers,
+// `leader` and `leader_candidate` matchers and `leader` dynamic upstream sources, and those
+// listed in Elections. Each election is one etcd key,
 // `<prefix><election>`, created by a compare-and-swap transaction and bound to this
 // instance's lease; its create revision is the term's fencing token.
 //
@@ -52,8 +57,9 @@ const (
 // drain_timeout) and revokes its lease so that another instance takes over at once.
 type App struct {
 	// Endpoints are the etcd client URLs (`http://host:port`, `https://host:port`) or bare
-	// `host:port` addresses of the etcd cluster. At least one is required. Placeholders
-	// such as `{env.ETCD_ENDPOINT}` are expanded.
+	// `host:port` addresses of the etcd cluster; `http://` and `https://` cannot be mixed.
+	// Placeholders such as `{env.ETCD_ENDPOINT}` are expanded. Required: there is no
+	// default, and at least one endpoint must be given.
 	Endpoints []string `json:"endpoints,omitempty"`
 
 	// Prefix is the etcd key namespace of the elections: election `name` is the key
@@ -70,8 +76,10 @@ type App struct {
 	InstanceID string `json:"instance_id,omitempty"`
 
 	// Advertise is the URL at which peers and clients reach this instance when it leads,
-	// such as `http://10.0.0.5:8080`. It is written into the election key and is required
-	// for `follower redirect`. Placeholders are expanded.
+	// such as `http://10.0.0.5:8080`, with no query or fragment. It is written into the
+	// election key and is required for `follower redirect`, `follower forward` and the
+	// `leader` dynamic upstream source. Placeholders are expanded. Default: none, and
+	// followers can then only reject.
 	Advertise string `json:"advertise,omitempty"`
 
 	// DialTimeout bounds establishing a connection to an etcd endpoint. Default: 5s.
@@ -105,7 +113,8 @@ type App struct {
 	DrainTimeout caddy.Duration `json:"drain_timeout,omitempty"`
 
 	// Elections lists elections to take part in even if no handler or matcher uses them,
-	// for instance to stand by as a candidate for a gate configured elsewhere.
+	// for instance to stand by as a candidate for a gate configured elsewhere. Names are
+	// non-empty and have no white space or slash. Default: none.
 	Elections []string `json:"elections,omitempty"`
 
 	candidate *elector.Candidate
