@@ -295,6 +295,14 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("unrecognized leader_gate option %q", opt)
 		}
 	}
+	// Caught here as well as in Provision, so that `caddy adapt` already reports it.
+	if g.TransportRaw != nil && g.Follower != FollowerForward {
+		follower := g.Follower
+		if follower == "" {
+			follower = FollowerReject
+		}
+		return d.Errf("transport: only `follower forward` uses a transport, not %q", follower)
+	}
 	return nil
 }
 
