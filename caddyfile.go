@@ -3,6 +3,7 @@ package caddyleader
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -47,6 +48,7 @@ func init() {
 // {$VAR} would write the password itself into the adapted JSON.
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	if existing != nil {
+		d.Next() // onto the option's name, for the error's line number
 		return nil, d.Err("the leader global option may appear only once")
 	}
 	app := new(App)
@@ -74,11 +76,21 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if len(args) == 0 {
 				return d.Err("endpoints: at least one etcd endpoint is required")
 			}
+			for _, ep := range args {
+				if err := checkUnlessPlaceholder(ep, checkEndpoint); err != nil {
+					return d.Errf("endpoints: %v", err)
+				}
+			}
 			a.Endpoints = append(a.Endpoints, args...)
 		case "elections":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
 				return d.ArgErr()
+			}
+			for _, name := range args {
+				if err := checkElectionName(name); err != nil {
+					return d.Errf("elections: %v", err)
+				}
 			}
 			a.Elections = append(a.Elections, args...)
 		case "prefix":
@@ -89,20 +101,30 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &a.InstanceID); err != nil {
 				return err
 			}
+			if err := checkUnlessPlaceholder(a.InstanceID, checkInstanceID); err != nil {
+				return d.Errf("instance_id: %v", err)
+			}
 		case "advertise":
 			if err := oneArg(d, &a.Advertise); err != nil {
 				return err
 			}
+			if err := checkUnlessPlaceholder(a.Advertise, checkAdvertise); err != nil {
+				return d.Errf("advertise: %v", err)
+			}
 		case "ttl":
+			// In JSON a zero ttl is an omitted one; written out here, 0s is a mistake.
 			if err := durationArg(d, &a.TTL); err != nil {
 				return err
 			}
+			if err := checkTTL(time.Duration(a.TTL)); err != nil {
+				return d.Errf("ttl: %v", err)
+			}
 		case "dial_timeout":
-			if err := durationArg(d, &a.DialTimeout); err != nil {
+			if err := positiveDurationArg(d, &a.DialTimeout, DefaultDialTimeout); err != nil {
 				return err
 			}
 		case "drain_timeout":
-			if err := durationArg(d, &a.DrainTimeout); err != nil {
+			if err := positiveDurationArg(d, &a.DrainTimeout, DefaultDrainTimeout); err != nil {
 				return err
 			}
 		case "tls":
@@ -194,6 +216,9 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		if d.NextArg() {
 			return d.ArgErr()
 		}
+		if err := checkElectionName(g.Election); err != nil {
+			return d.Errf("election: %v", err)
+		}
 	}
 	for d.NextBlock(0) {
 		switch opt := d.Val(); opt {
@@ -204,6 +229,9 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			if err := oneArg(d, &g.Election); err != nil {
 				return err
+			}
+			if err := checkElectionName(g.Election); err != nil {
+				return d.Errf("election: %v", err)
 			}
 		case "follower":
 			if !d.NextArg() {
@@ -234,7 +262,7 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 		case "retry_after":
-			if err := durationArg(d, &g.RetryAfter); err != nil {
+			if err := positiveDurationArg(d, &g.RetryAfter, DefaultRetryAfter); err != nil {
 				return err
 			}
 		case "cancel_on_loss":
@@ -244,11 +272,9 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			g.CancelOnLoss = true
 		case "hold":
 			var hold caddy.Duration
+			// Zero is meaningful: no hold.
 			if err := durationArg(d, &hold); err != nil {
 				return err
-			}
-			if hold < 0 {
-				return d.Errf("hold: %s is negative", time.Duration(hold))
 			}
 			g.Hold = &hold
 		case "transport":
@@ -269,6 +295,14 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("unrecognized leader_gate option %q", opt)
 		}
 	}
+	// Caught here as well as in Provision, so that `caddy adapt` already reports it.
+	if g.TransportRaw != nil && g.Follower != FollowerForward {
+		follower := g.Follower
+		if follower == "" {
+			follower = FollowerReject
+		}
+		return d.Errf("transport: only `follower forward` uses a transport, not %q", follower)
+	}
 	return nil
 }
 
@@ -283,6 +317,9 @@ func (m *Matcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		election := ""
 		if d.NextArg() {
 			election = d.Val()
+			if err := checkElectionName(election); err != nil {
+				return d.Errf("leader: %v", err)
+			}
 		}
 		if seen && electionOrDefault(election) != electionOrDefault(m.Election) {
 			return d.Errf("leader: a matcher set can test one election, not both %q and %q", electionOrDefault(m.Election), electionOrDefault(election))
@@ -316,6 +353,9 @@ func (u *LeaderUpstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the source's name
 	if d.NextArg() {
 		u.Election = d.Val()
+		if err := checkElectionName(u.Election); err != nil {
+			return d.Errf("dynamic leader: %v", err)
+		}
 	}
 	if d.NextArg() {
 		return d.ArgErr()
@@ -333,6 +373,9 @@ func (m *CandidateMatcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.Next() {
 		if d.NextArg() {
 			m.Election = d.Val()
+			if err := checkElectionName(m.Election); err != nil {
+				return d.Errf("leader_candidate: %v", err)
+			}
 		}
 		if d.NextArg() {
 			return d.ArgErr()
@@ -366,8 +409,34 @@ func durationArg(d *caddyfile.Dispenser, dst *caddy.Duration) error {
 	if err != nil {
 		return d.Errf("%s: %q is not a duration: %v", opt, s, err)
 	}
+	if dur < 0 {
+		return d.Errf("%s: %s is negative", opt, dur)
+	}
 	*dst = caddy.Duration(dur)
 	return nil
+}
+
+// positiveDurationArg is durationArg for an option whose zero value stands for its default
+// in JSON: written out in a Caddyfile, a zero would silently become def, so it is an error.
+func positiveDurationArg(d *caddyfile.Dispenser, dst *caddy.Duration, def time.Duration) error {
+	opt := d.Val()
+	if err := durationArg(d, dst); err != nil {
+		return err
+	}
+	if *dst == 0 {
+		return d.Errf("%s: 0s is not allowed (leave %s out for its default, %s)", opt, opt, def)
+	}
+	return nil
+}
+
+// checkUnlessPlaceholder runs check on a value that is known at adapt time; a runtime
+// placeholder ({env.X}, {file.path}) is checked by Provision once expanded. ({$VAR} is
+// already expanded by the Caddyfile lexer.)
+func checkUnlessPlaceholder(value string, check func(string) error) error {
+	if strings.Contains(value, "{") {
+		return nil
+	}
+	return check(value)
 }
 
 // Interface guards

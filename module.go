@@ -12,8 +12,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -254,18 +256,12 @@ func (a *App) check() error {
 		return fmt.Errorf("endpoints: at least one etcd endpoint is required")
 	}
 	for _, ep := range a.Endpoints {
-		if err := etcdbackend.CheckEndpoint(ep); err != nil {
+		if err := checkEndpoint(ep); err != nil {
 			return fmt.Errorf("endpoints: %v", err)
 		}
 	}
-	ttl := time.Duration(a.TTL)
-	switch {
-	case ttl < elector.MinTTL:
-		return fmt.Errorf("ttl: %s is below the minimum of %s", ttl, elector.MinTTL)
-	case ttl > maxTTL:
-		return fmt.Errorf("ttl: %s is above the maximum of %s (failover after a crash takes one ttl)", ttl, maxTTL)
-	case ttl%time.Second != 0:
-		return fmt.Errorf("ttl: %s is not a whole number of seconds (etcd leases count in seconds)", ttl)
+	if err := checkTTL(time.Duration(a.TTL)); err != nil {
+		return fmt.Errorf("ttl: %v", err)
 	}
 	if a.DialTimeout < 0 {
 		return fmt.Errorf("dial_timeout: %s is negative", time.Duration(a.DialTimeout))
@@ -276,22 +272,89 @@ func (a *App) check() error {
 	if a.DrainTimeout < 0 {
 		return fmt.Errorf("drain_timeout: %s is negative", time.Duration(a.DrainTimeout))
 	}
-	if strings.ContainsAny(a.InstanceID, " \t\r\n") {
-		return fmt.Errorf("instance_id: %q contains white space", a.InstanceID)
+	if err := checkInstanceID(a.InstanceID); err != nil {
+		return fmt.Errorf("instance_id: %v", err)
 	}
 	if a.Advertise != "" {
-		u, err := url.Parse(a.Advertise)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("advertise: %q is not an http:// or https:// URL with a host", a.Advertise)
-		}
-		if u.RawQuery != "" || u.Fragment != "" {
-			return fmt.Errorf("advertise: %q must not have a query or fragment", a.Advertise)
+		if err := checkAdvertise(a.Advertise); err != nil {
+			return fmt.Errorf("advertise: %v", err)
 		}
 	}
 	for _, name := range a.Elections {
 		if err := checkElectionName(name); err != nil {
 			return fmt.Errorf("elections: %v", err)
 		}
+	}
+	return nil
+}
+
+// The checks below serve both Provision (JSON) and the Caddyfile parser, which runs them at
+// adapt time so that the error carries the Caddyfile line. Their errors leave the field's
+// name to the caller.
+
+// checkEndpoint checks an etcd endpoint's form and that its port is a TCP port.
+func checkEndpoint(ep string) error {
+	if err := etcdbackend.CheckEndpoint(ep); err != nil {
+		return err
+	}
+	hostport := ep
+	if u, err := url.Parse(ep); err == nil && strings.Contains(ep, "://") {
+		hostport = u.Host
+	}
+	host, port, _ := net.SplitHostPort(hostport)
+	if err := checkPort(port); err != nil {
+		return fmt.Errorf("endpoint %q: %v", ep, err)
+	}
+	// A mistyped scheme (`http//h:2379`, `http:/h:2379`) would otherwise pass as a host.
+	if net.ParseIP(host) == nil && strings.Trim(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") != "" {
+		return fmt.Errorf("endpoint %q: host %q is neither a host name nor an IP address", ep, host)
+	}
+	return nil
+}
+
+// checkPort checks that a URL's or host:port's port is a TCP port number, which neither
+// url.Parse nor net.SplitHostPort does.
+func checkPort(port string) error {
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
+}
+
+// checkTTL checks a lease TTL against what the elector and etcd accept and what makes sense.
+func checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl < elector.MinTTL:
+		return fmt.Errorf("%s is below the minimum of %s", ttl, elector.MinTTL)
+	case ttl > maxTTL:
+		return fmt.Errorf("%s is above the maximum of %s (failover after a crash takes one ttl)", ttl, maxTTL)
+	case ttl%time.Second != 0:
+		return fmt.Errorf("%s is not a whole number of seconds (etcd leases count in seconds)", ttl)
+	}
+	return nil
+}
+
+// checkAdvertise checks the URL peers and clients reach this instance at.
+func checkAdvertise(advertise string) error {
+	u, err := url.Parse(advertise)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http:// or https:// URL with a host", advertise)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q must not have a query or fragment", advertise)
+	}
+	if port := u.Port(); port != "" {
+		if err := checkPort(port); err != nil {
+			return fmt.Errorf("%q: %v", advertise, err)
+		}
+	}
+	return nil
+}
+
+func checkInstanceID(id string) error {
+	if strings.ContainsAny(id, " \t\r\n") {
+		return fmt.Errorf("%q contains white space", id)
 	}
 	return nil
 }

@@ -23,9 +23,16 @@ Commands:
                           XCADDY_ARGS are passed on to 'xcaddy build' (e.g. --with MODULE).
   run [CADDY_ARGS...]     Build ./caddy if it is missing or older than the Go sources,
                           then run './caddy run CADDY_ARGS...' (default:
-                          --config quickstart.Caddyfile). If ETCD_ENDPOINTS is unset and
-                          nothing answers on 127.0.0.1:2379, it first starts a local
-                          single-member etcd (cmd/etcd-local) and stops it on exit.
+                          --config quickstart.Caddyfile). If ETCD_ENDPOINTS is unset, it
+                          uses the local etcd, starting it first if nothing answers on
+                          $default_etcd_listen (see 'etcd start'); that etcd keeps running
+                          when the instance exits, so that other instances keep their
+                          store. It refuses to start when the config's admin address is
+                          already in use (by another instance, most likely).
+  etcd start|stop|status  Start the local single-member etcd (cmd/etcd-local, built into
+                          ./etcd-local when missing or stale) in the background, stop it,
+                          or tell whether it runs (exit status 3 when it does not). Its
+                          pid file and log are in .etcd-local/.
   demo [--keep|--manual|--ci]
                           Build ./caddy and ./etcd-local if needed, start a local etcd
                           and three Caddy instances on 127.0.0.1 (demo/Caddyfile), and
@@ -36,6 +43,13 @@ Commands:
   help                    Show this message.
 
 Uses xcaddy from PATH if there is one, else 'go tool xcaddy' (the version pinned in go.mod).
+
+Environment for 'run' and 'etcd' (the defaults suit a one-machine try-out):
+  CADDY_BIN           a Caddy binary to run instead of building ./caddy
+  XCADDY_ETCD_LISTEN  the local etcd's client address (default: $default_etcd_listen)
+  XCADDY_ETCD_PEER    the local etcd's peer address (default: $default_etcd_peer)
+  XCADDY_ETCD_STATE   where its pid file and log go (default: .etcd-local)
+  XCADDY_ETCD_BIN     where its binary is built (default: ./etcd-local)
 EOF
 }
 
@@ -93,23 +107,34 @@ check_modules() {
 	printf 'ok: ./caddy lists %s\n' "${plugin_modules[*]}"
 }
 
-# True when the binary (default ./caddy) is missing or any Go source (tests aside) or module
-# file is newer than it.
+# needs_build BINARY [PATH...]: true when BINARY is missing, or when a Go source (tests
+# aside), go.mod or go.sum under the PATHs (default: the whole checkout) is newer than it.
 needs_build() {
-	local binary=${1:-./caddy}
+	local binary=$1
+	shift
+	(($# > 0)) || set -- .
 	[[ -x $binary ]] || return 0
 	local newer
-	newer=$(find . -path ./.git -prune -o \
+	newer=$(find "$@" -path ./.git -prune -o \
 		\( -name '*.go' ! -name '*_test.go' -o -name go.mod -o -name go.sum \) -newer "$binary" -print -quit)
 	[[ -n $newer ]]
 }
 
-build_etcd_local() {
-	command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH; it is needed to build ./etcd-local (https://go.dev/doc/install)"
-	run_cmd go build -o ./etcd-local ./cmd/etcd-local || die "building ./etcd-local failed; the output above says why"
-}
+readonly default_etcd_listen=127.0.0.1:2379 default_etcd_peer=127.0.0.1:2380
+readonly etcd_listen=${XCADDY_ETCD_LISTEN:-$default_etcd_listen}
+readonly etcd_peer=${XCADDY_ETCD_PEER:-$default_etcd_peer}
+readonly etcd_state=${XCADDY_ETCD_STATE:-.etcd-local}
+readonly etcd_bin=${XCADDY_ETCD_BIN:-./etcd-local}
+readonly etcd_pidfile=$etcd_state/pid etcd_log=$etcd_state/log
 
-readonly local_etcd=127.0.0.1:2379
+# build_etcd_local BINARY: builds the local etcd unless BINARY is up to date; it depends on
+# its own package and on the module's requirements only.
+build_etcd_local() {
+	local binary=$1
+	needs_build "$binary" ./cmd/etcd-local ./go.mod ./go.sum || return 0
+	command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH; it is needed to build $binary (https://go.dev/doc/install)"
+	run_cmd go build -o "$binary" ./cmd/etcd-local || die "building $binary failed; the output above says why"
+}
 
 # True when something accepts TCP connections on host:port.
 listening() {
@@ -117,46 +142,169 @@ listening() {
 	(exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
 }
 
-# Starts cmd/etcd-local in the background unless an etcd is configured or already there.
-# Sets etcd_pid when it started one.
-etcd_pid=
-ensure_etcd() {
-	[[ -z ${ETCD_ENDPOINTS:-} ]] || return 0
-	if listening "$local_etcd"; then
-		printf 'using the etcd already listening on %s\n' "$local_etcd"
-		return 0
-	fi
-	build_etcd_local
-	./etcd-local -listen "$local_etcd" &
-	etcd_pid=$!
-	local i
-	for ((i = 0; i < 100; i++)); do
-		listening "$local_etcd" && return 0
-		kill -0 "$etcd_pid" 2>/dev/null || die "the local etcd exited; is port 2379 or 2380 in use?"
-		sleep 0.1
-	done
-	die "the local etcd did not start listening on $local_etcd within 10s"
+# Prints the pid of the local etcd this script started, if it still runs.
+etcd_running_pid() {
+	local pid
+	[[ -f $etcd_pidfile ]] || return 1
+	pid=$(<"$etcd_pidfile")
+	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+	# After a reboot or a crash the pid may belong to another process by now.
+	[[ $(ps -p "$pid" -o args= 2>/dev/null) == *etcd-local* ]] || return 1
+	printf '%s\n' "$pid"
 }
 
-stop_etcd() {
-	if [[ -n $etcd_pid ]]; then
-		kill "$etcd_pid" 2>/dev/null || true
-		wait "$etcd_pid" 2>/dev/null || true
+etcd_stop_hint() {
+	local hint="./xcaddy.sh etcd stop"
+	[[ -z ${XCADDY_ETCD_STATE:-} ]] || hint="XCADDY_ETCD_STATE=$etcd_state $hint"
+	printf '%s' "$hint"
+}
+
+# Starts the local etcd in the background, in its own process group (so that Ctrl-C on an
+# instance does not reach it) and detached from the terminal, unless it already runs.
+etcd_start() {
+	local pid
+	if pid=$(etcd_running_pid); then
+		printf 'the local etcd already runs on %s (pid %s; %s stops it)\n' "$etcd_listen" "$pid" "$(etcd_stop_hint)"
+		return 0
+	fi
+	listening "$etcd_listen" && die "something that this script did not start listens on $etcd_listen; stop it, or set XCADDY_ETCD_LISTEN and XCADDY_ETCD_PEER to other ports"
+	build_etcd_local "$etcd_bin"
+	mkdir -p "$etcd_state"
+	set -m
+	nohup "$etcd_bin" -listen "$etcd_listen" -peer "$etcd_peer" >"$etcd_log" 2>&1 </dev/null &
+	pid=$!
+	set +m
+	printf '%s\n' "$pid" >"$etcd_pidfile"
+	local i
+	for ((i = 0; i < 100; i++)); do
+		if listening "$etcd_listen"; then
+			printf 'started the local etcd on %s (pid %s, log in %s); it keeps running after Caddy exits: %s stops it\n' \
+				"$etcd_listen" "$pid" "$etcd_log" "$(etcd_stop_hint)"
+			return 0
+		fi
+		if ! kill -0 "$pid" 2>/dev/null; then
+			rm -f "$etcd_pidfile"
+			die "the local etcd exited; is $etcd_listen or $etcd_peer in use? Its log ($etcd_log) ends: $(tail -n 3 "$etcd_log" 2>/dev/null)"
+		fi
+		sleep 0.1
+	done
+	die "the local etcd did not start listening on $etcd_listen within 10s; see $etcd_log"
+}
+
+etcd_stop() {
+	local pid i
+	if ! pid=$(etcd_running_pid); then
+		rm -f "$etcd_pidfile"
+		printf 'the local etcd is not running\n'
+		return 0
+	fi
+	kill "$pid"
+	for ((i = 0; i < 100; i++)); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			rm -f "$etcd_pidfile"
+			printf 'stopped the local etcd (pid %s)\n' "$pid"
+			return 0
+		fi
+		sleep 0.1
+	done
+	die "the local etcd (pid $pid) did not exit within 10s of SIGTERM"
+}
+
+etcd_status() {
+	local pid
+	if pid=$(etcd_running_pid); then
+		printf 'the local etcd runs on %s (pid %s, log in %s)\n' "$etcd_listen" "$pid" "$etcd_log"
+		return 0
+	fi
+	printf 'the local etcd is not running\n'
+	return 3
+}
+
+etcd_command() {
+	(($# == 1)) || die "usage: ./xcaddy.sh etcd start|stop|status"
+	case $1 in
+	start) etcd_start ;;
+	stop) etcd_stop ;;
+	status) etcd_status ;;
+	*) die "etcd: unknown command '$1' (start, stop or status)" ;;
+	esac
+}
+
+# Uses the local etcd unless ETCD_ENDPOINTS names one, starting it if it is not there.
+ensure_etcd() {
+	[[ -z ${ETCD_ENDPOINTS:-} ]] || return 0
+	if ! etcd_running_pid >/dev/null && listening "$etcd_listen"; then
+		printf 'using the etcd already listening on %s\n' "$etcd_listen"
+	else
+		etcd_start
+	fi
+	export ETCD_ENDPOINTS=$etcd_listen
+}
+
+# Prints the TCP address (host:port) of the admin endpoint that caddy run CADDY_ARGS would
+# open, or nothing when it opens none there (disabled, a unix socket) or the config does not
+# load (caddy run then says why).
+admin_address() {
+	local caddy=$1 config= adapter=
+	shift
+	while (($# > 0)); do
+		case $1 in
+		--config | -c) config=${2:-} && shift ;;
+		--config=*) config=${1#*=} ;;
+		--adapter | -a) adapter=${2:-} && shift ;;
+		--adapter=*) adapter=${1#*=} ;;
+		esac
+		shift
+	done
+	if [[ -z $config && -f Caddyfile ]]; then
+		config=Caddyfile
+	fi
+	local addr=${CADDY_ADMIN:-localhost:2019}
+	if [[ -n $config ]]; then
+		local json head
+		if [[ $config == *.json && -z $adapter ]]; then
+			json=$(<"$config") || return 0
+		else
+			json=$("$caddy" adapt --config "$config" ${adapter:+--adapter "$adapter"} 2>/dev/null) || return 0
+		fi
+		json=${json//[[:space:]]/}
+		# The admin object's plain fields come before its nested objects.
+		if [[ $json =~ \"admin\":\{([^{}]*) ]]; then
+			head=${BASH_REMATCH[1]}
+			[[ $head != *'"disabled":true'* ]] || return 0
+			if [[ $head =~ \"listen\":\"([^\"]*)\" ]]; then
+				addr=${BASH_REMATCH[1]}
+			fi
+		fi
+	fi
+	addr=${addr#tcp/}
+	[[ $addr != unix* ]] || return 0
+	local host=${addr%:*} port=${addr##*:}
+	host=${host#[}
+	host=${host%]}
+	[[ -n $host && $host != localhost ]] || host=127.0.0.1
+	printf '%s:%s\n' "$host" "$port"
+}
+
+# Two instances on one admin address both listen (Caddy's listeners share ports), and admin
+# calls (resign, transfer) then reach either of them.
+refuse_admin_in_use() {
+	local addr
+	addr=$(admin_address "$@")
+	if [[ -n $addr ]] && listening "$addr"; then
+		die "the admin address $addr is already in use, most likely by another Caddy instance; admin calls (resign, transfer) would reach either one. Give this instance its own, e.g. ADMIN_PORT=2020 for quickstart.Caddyfile, or the admin global option in your Caddyfile"
 	fi
 }
 
 run() {
-	if needs_build; then
+	local caddy=${CADDY_BIN:-./caddy}
+	if [[ -z ${CADDY_BIN:-} ]] && needs_build ./caddy; then
 		build
 	fi
 	(($# > 0)) || set -- --config quickstart.Caddyfile
+	refuse_admin_in_use "$caddy" "$@"
 	ensure_etcd
-	if [[ -z $etcd_pid ]]; then
-		exec ./caddy run "$@"
-	fi
-	trap stop_etcd EXIT
-	trap 'exit 130' INT TERM
-	./caddy run "$@"
+	exec "$caddy" run "$@"
 }
 
 # Builds what the demo runs, only if it is missing or out of date, then hands over to
@@ -173,9 +321,7 @@ demo() {
 	if needs_build ./caddy; then
 		build
 	fi
-	if needs_build ./etcd-local; then
-		build_etcd_local
-	fi
+	build_etcd_local ./etcd-local
 	exec bash demo/demo.sh "$@"
 }
 
@@ -193,6 +339,9 @@ main() {
 		;;
 	run)
 		run "$@"
+		;;
+	etcd)
+		etcd_command "$@"
 		;;
 	demo)
 		demo "$@"
