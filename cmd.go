@@ -43,7 +43,7 @@ the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 				}))
 			cmd.AddCommand(leaderSubcommand("resign", "[--election <name>] [--hold-off <duration>]", "Makes the leader hand over and stay out for a while",
 				func(c *cobra.Command) {
-					c.Flags().String("election", "", "The election (default: the only one)")
+					electionFlag(c)
 					c.Flags().String("hold-off", "", "How long the leader stays out of the election (default: one ttl)")
 				},
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
@@ -52,13 +52,17 @@ the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 			cmd.AddCommand(leaderSubcommand("transfer", "--to <instance_id> [--election <name>]", "Hands leadership over to a named candidate",
 				func(c *cobra.Command) {
 					c.Flags().String("to", "", "The instance_id that should lead (required)")
-					c.Flags().String("election", "", "The election (default: the only one)")
+					electionFlag(c)
 				},
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderTransfer(out, addr, fl.String("election"), fl.String("to"))
 				}))
 		},
 	})
+}
+
+func electionFlag(c *cobra.Command) {
+	c.Flags().String("election", "", "The election (default: the only one)")
 }
 
 // leaderSubcommand is one `caddy leader` subcommand with the admin address flags that every
