@@ -1,0 +1,229 @@
+package caddyleader
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "leader",
+		Usage: "status|resign|transfer [--address <interface>] [--config <path> [--adapter <name>]]",
+		Short: "Shows and steers this instance's leader elections",
+		Long: `
+Talks to the admin API of the running Caddy instance (the leader endpoints
+under /leader/). The admin address comes from --address if given, else from
+the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
+
+  caddy leader status [--json]
+  caddy leader resign [--election <name>] [--hold-off <duration>]
+  caddy leader transfer --to <instance_id> [--election <name>]
+
+--election may be left out when the instance takes part in one election only.
+`,
+		CobraFunc: func(cmd *cobra.Command) {
+			cmd.AddCommand(leaderSubcommand("status", "[--json]", "Lists the elections this instance takes part in",
+				func(c *cobra.Command) { c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table") },
+				func(fl caddycmd.Flags, out io.Writer, addr string) error {
+					return leaderStatus(out, addr, fl.Bool("json"))
+				}))
+			cmd.AddCommand(leaderSubcommand("resign", "[--election <name>] [--hold-off <duration>]", "Makes the leader hand over and stay out for a while",
+				func(c *cobra.Command) {
+					electionFlag(c)
+					c.Flags().String("hold-off", "", "How long the leader stays out of the election (default: one ttl)")
+				},
+				func(fl caddycmd.Flags, out io.Writer, addr string) error {
+					return leaderResign(out, addr, fl.String("election"), fl.String("hold-off"))
+				}))
+			cmd.AddCommand(leaderSubcommand("transfer", "--to <instance_id> [--election <name>]", "Hands leadership over to a named candidate",
+				func(c *cobra.Command) {
+					c.Flags().String("to", "", "The instance_id that should lead (required)")
+					electionFlag(c)
+				},
+				func(fl caddycmd.Flags, out io.Writer, addr string) error {
+					return leaderTransfer(out, addr, fl.String("election"), fl.String("to"))
+				}))
+		},
+	})
+}
+
+func electionFlag(c *cobra.Command) {
+	c.Flags().String("election", "", "The election (default: the only one)")
+}
+
+// leaderSubcommand is one `caddy leader` subcommand with the admin address flags that every
+// one of them takes.
+func leaderSubcommand(name, usage, short string, flags func(*cobra.Command),
+	run func(fl caddycmd.Flags, out io.Writer, adminAddr string) error,
+) *cobra.Command {
+	c := &cobra.Command{Use: name + " " + usage, Short: short, Args: cobra.NoArgs}
+	c.Flags().StringP("config", "c", "", "Configuration file to read the admin address from, if --address is not used")
+	c.Flags().StringP("adapter", "a", "", "Name of config adapter to apply (when --config is used)")
+	c.Flags().String("address", "", "The address of the admin API, if not the default")
+	flags(c)
+	c.RunE = caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
+		addr, err := caddycmd.DetermineAdminAPIAddress(fl.String("address"), nil, fl.String("config"), fl.String("adapter"))
+		if err != nil {
+			return caddy.ExitCodeFailedStartup, fmt.Errorf("couldn't determine admin API address: %v", err)
+		}
+		if err := run(fl, os.Stdout, addr); err != nil {
+			return caddy.ExitCodeFailedQuit, err
+		}
+		return caddy.ExitCodeSuccess, nil
+	})
+	return c
+}
+
+// adminCall sends one request to the leader endpoints of the admin API and decodes the JSON
+// answer into into. AdminAPIRequest turns an error status into an error that carries the
+// API's message.
+func adminCall(adminAddr, method, uri string, into any) error {
+	resp, err := caddycmd.AdminAPIRequest(adminAddr, method, uri, nil, nil)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, uri, err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+		return fmt.Errorf("%s %s: HTTP %d with an answer that is not JSON: %v", method, uri, resp.StatusCode, err)
+	}
+	return nil
+}
+
+func fetchElections(adminAddr string) ([]ElectionStatus, error) {
+	var list struct {
+		Elections []ElectionStatus `json:"elections"`
+	}
+	if err := adminCall(adminAddr, http.MethodGet, "/leader/", &list); err != nil {
+		return nil, err
+	}
+	return list.Elections, nil
+}
+
+// leaderStatus prints the elections of the instance at adminAddr, as a table or as JSON.
+func leaderStatus(out io.Writer, adminAddr string, asJSON bool) error {
+	elections, err := fetchElections(adminAddr)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"elections": elections})
+	}
+	return printStatusTable(out, elections, time.Now())
+}
+
+// printStatusTable writes one row per election and candidate, like `patronictl list`.
+// Healthy means the candidate's own etcd lease is live: it can lead or take over.
+func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ELECTION\tCANDIDATE\tROLE\tLEADER\tTOKEN\tLEASE LEFT\tLAST CONTACT\tHEALTHY")
+	for _, e := range elections {
+		leader, token, contact := e.LeaderID, strconv.FormatInt(e.Token, 10), "never"
+		if leader == "" {
+			leader = "-"
+		}
+		if e.Token == 0 {
+			token = "-"
+		}
+		if !e.LastContact.IsZero() {
+			contact = now.Sub(e.LastContact).Round(100*time.Millisecond).String() + " ago"
+		}
+		healthy := "no"
+		if e.LeaseRemaining > 0 {
+			healthy = "yes"
+		}
+		lease := (time.Duration(e.LeaseRemaining * float64(time.Second))).Round(100 * time.Millisecond)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Election, e.Self, e.Role, leader, token, lease, contact, healthy)
+	}
+	return tw.Flush()
+}
+
+// chooseElection returns name, or the only election of the instance when name is empty.
+func chooseElection(adminAddr, name string) (string, error) {
+	if name != "" {
+		return name, nil
+	}
+	elections, err := fetchElections(adminAddr)
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, 0, len(elections))
+	for _, e := range elections {
+		names = append(names, e.Election)
+	}
+	sort.Strings(names)
+	switch len(names) {
+	case 1:
+		return names[0], nil
+	case 0:
+		return "", errors.New("this instance takes part in no election")
+	default:
+		return "", fmt.Errorf("--election: this instance takes part in several elections (%s): name one", strings.Join(names, ", "))
+	}
+}
+
+// leaderResign asks the leader of an election to hand over and stay out for holdOff (the
+// admin API's default, one ttl, when empty).
+func leaderResign(out io.Writer, adminAddr, election, holdOff string) error {
+	election, err := chooseElection(adminAddr, election)
+	if err != nil {
+		return err
+	}
+	uri := "/leader/" + url.PathEscape(election) + "/resign"
+	if holdOff != "" {
+		uri += "?" + url.Values{"hold_off": {holdOff}}.Encode()
+	}
+	var result struct {
+		Resigned string `json:"resigned"`
+		Asked    string `json:"asked"`
+		Token    int64  `json:"token"`
+		HoldOff  string `json:"hold_off"`
+	}
+	if err := adminCall(adminAddr, http.MethodPost, uri, &result); err != nil {
+		return err
+	}
+	if result.Resigned != "" {
+		_, err = fmt.Fprintf(out, "%s resigned election %s (term %d); it stays out for %s\n", result.Resigned, election, result.Token, result.HoldOff)
+	} else {
+		_, err = fmt.Fprintf(out, "asked leader %s of election %s (term %d) to resign and stay out for %s\n", result.Asked, election, result.Token, result.HoldOff)
+	}
+	return err
+}
+
+// leaderTransfer hands the leadership of an election over to the candidate named to, and
+// returns once it leads or the admin API gives up.
+func leaderTransfer(out io.Writer, adminAddr, election, to string) error {
+	if to == "" {
+		return errors.New("--to: name the instance_id that should lead")
+	}
+	election, err := chooseElection(adminAddr, election)
+	if err != nil {
+		return err
+	}
+	var result struct {
+		From   string `json:"from"`
+		Leader string `json:"leader"`
+		Token  int64  `json:"token"`
+	}
+	uri := "/leader/" + url.PathEscape(election) + "/transfer?" + url.Values{"to": {to}}.Encode()
+	if err := adminCall(adminAddr, http.MethodPost, uri, &result); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "election %s: %s leads now (term %d), was %s\n", election, result.Leader, result.Token, result.From)
+	return err
+}

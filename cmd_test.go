@@ -1,0 +1,191 @@
+package caddyleader
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+
+	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+)
+
+// TestLeaderCommand runs the `caddy leader` subcommands against the admin API of a Caddy
+// started in this process, campaigning in a real etcd.
+func TestLeaderCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and Caddy")
+	}
+	cluster := etcdtest.Start(t, 1)
+	adminPort := freePort(t)
+	admin := fmt.Sprintf("127.0.0.1:%d", adminPort)
+	config := fmt.Sprintf(`{
+		"admin": {"listen": %q},
+		"apps": {"leader": {"endpoints": [%q], "prefix": "/cmd-test/", "ttl": "2s",
+			"instance_id": "cmd-node", "advertise": "http://127.0.0.1:1", "elections": ["cmd"]}}}`,
+		admin, cluster.Endpoint(0))
+	if err := caddy.Load([]byte(config), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+
+	status := func(t *testing.T) ElectionStatus {
+		t.Helper()
+		var out bytes.Buffer
+		if err := leaderStatus(&out, admin, true); err != nil {
+			t.Fatal(err)
+		}
+		var got struct{ Elections []ElectionStatus }
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+			t.Fatalf("status --json printed %q: %v", out.String(), err)
+		}
+		if len(got.Elections) != 1 {
+			t.Fatalf("status --json lists %d elections, want 1: %s", len(got.Elections), out.String())
+		}
+		return got.Elections[0]
+	}
+	// Waiting for the first campaign is not a timing assertion: the test asserts what the
+	// commands show once the instance leads.
+	deadline := time.Now().Add(10 * time.Second)
+	for status(t).Role != "leader" {
+		if time.Now().After(deadline) {
+			t.Fatalf("never elected: %+v", status(t))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	t.Run("status_json_is_the_admin_api_list", func(t *testing.T) {
+		s := status(t)
+		if s.Election != "cmd" || s.Self != "cmd-node" || s.LeaderID != "cmd-node" || s.Token <= 0 || s.LeaseRemaining <= 0 {
+			t.Errorf("status --json = %+v", s)
+		}
+	})
+
+	t.Run("status_table_has_a_row_per_election", func(t *testing.T) {
+		var out bytes.Buffer
+		if err := leaderStatus(&out, admin, false); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("status printed %d lines, want header and one row:\n%s", len(lines), out.String())
+		}
+		header := strings.Fields(lines[0])
+		wantHeader := []string{"ELECTION", "CANDIDATE", "ROLE", "LEADER", "TOKEN", "LEASE", "LEFT", "LAST", "CONTACT", "HEALTHY"}
+		if strings.Join(header, " ") != strings.Join(wantHeader, " ") {
+			t.Errorf("header = %q", lines[0])
+		}
+		row := strings.Fields(lines[1])
+		token := fmt.Sprint(status(t).Token)
+		if len(row) != 9 || row[0] != "cmd" || row[1] != "cmd-node" || row[2] != "leader" || row[3] != "cmd-node" ||
+			row[4] != token || row[6] != "ago" && row[7] != "ago" || row[len(row)-1] != "yes" {
+			t.Errorf("row = %q, want cmd cmd-node leader cmd-node %s <lease> <contact> ago yes", lines[1], token)
+		}
+	})
+
+	t.Run("transfer_to_an_unknown_candidate_fails_naming_it", func(t *testing.T) {
+		var out bytes.Buffer
+		err := leaderTransfer(&out, admin, "", "nobody")
+		if err == nil || !strings.Contains(err.Error(), "nobody") || !strings.Contains(err.Error(), "400") {
+			t.Errorf("transfer --to nobody: err = %v, output %q", err, out.String())
+		}
+		if s := status(t); s.Role != "leader" {
+			t.Errorf("after a failed transfer the role is %s", s.Role)
+		}
+	})
+
+	t.Run("transfer_needs_to", func(t *testing.T) {
+		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", ""); err == nil || !strings.Contains(err.Error(), "--to") {
+			t.Errorf("transfer without --to: err = %v", err)
+		}
+	})
+
+	t.Run("unknown_election_is_an_error", func(t *testing.T) {
+		err := leaderResign(new(bytes.Buffer), admin, "other", "")
+		if err == nil || !strings.Contains(err.Error(), "other") || !strings.Contains(err.Error(), "404") {
+			t.Errorf("resign --election other: err = %v", err)
+		}
+	})
+
+	t.Run("resign_hands_over_and_holds_off", func(t *testing.T) {
+		before := status(t)
+		var out bytes.Buffer
+		if err := leaderResign(&out, admin, "", "1m"); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("cmd-node resigned election cmd (term %d); it stays out for 1m0s\n", before.Token)
+		if out.String() != want {
+			t.Errorf("resign printed %q, want %q", out.String(), want)
+		}
+		// The only candidate holds off for a minute: nobody leads meanwhile.
+		if s := status(t); s.Role == "leader" || s.LeaderID == "cmd-node" {
+			t.Errorf("after resign: %+v", s)
+		}
+	})
+
+	t.Run("no_admin_api_is_an_error", func(t *testing.T) {
+		if err := leaderStatus(new(bytes.Buffer), fmt.Sprintf("127.0.0.1:%d", freePort(t)), false); err == nil {
+			t.Error("status against a closed port succeeded")
+		}
+	})
+}
+
+func TestStatusTable(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		in   ElectionStatus
+		want string
+	}{
+		{"leader", ElectionStatus{Election: "main", Self: "a", Role: "leader", LeaderID: "a", Token: 42,
+			LeaseRemaining: 7.26, LastContact: now.Add(-1500 * time.Millisecond)},
+			"main      a          leader  a       42     7.3s        1.5s ago      yes"},
+		{"candidate_without_lease_or_leader", ElectionStatus{Election: "main", Self: "b", Role: "candidate"},
+			"main      b          candidate  -       -      0s          never         no"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := printStatusTable(&out, []ElectionStatus{c.in}, now); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+			if len(lines) != 2 || strings.Join(strings.Fields(lines[1]), " ") != strings.Join(strings.Fields(c.want), " ") {
+				t.Errorf("table:\n%s\nwant row %q", out.String(), c.want)
+			}
+		})
+	}
+}
+
+func TestLeaderCommandRegistered(t *testing.T) {
+	registered, ok := caddycmd.Commands()["leader"]
+	if !ok {
+		t.Fatal("caddy leader is not registered")
+	}
+	root := &cobra.Command{Use: "leader"}
+	registered.CobraFunc(root)
+	for _, c := range []struct {
+		sub   string
+		flags []string
+	}{
+		{"status", []string{"json", "address", "config", "adapter"}},
+		{"resign", []string{"election", "hold-off", "address", "config", "adapter"}},
+		{"transfer", []string{"to", "election", "address", "config", "adapter"}},
+	} {
+		t.Run(c.sub, func(t *testing.T) {
+			sub, _, err := root.Find([]string{c.sub})
+			if err != nil || sub.Name() != c.sub {
+				t.Fatalf("caddy leader %s: %v", c.sub, err)
+			}
+			for _, f := range c.flags {
+				if sub.Flags().Lookup(f) == nil {
+					t.Errorf("caddy leader %s has no --%s", c.sub, f)
+				}
+			}
+		})
+	}
+}
