@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/faultproxy"
 )
 
 func TestForwardMarkVerify(t *testing.T) {
@@ -215,5 +217,56 @@ func TestForwardedMarkWhileDraining(t *testing.T) {
 	}
 	if n := admitted.Load(); n > 0 {
 		t.Errorf("%d requests with a forged mark admitted during the drain", n)
+	}
+}
+
+// TestFailedReleaseLeavesTheTermClosed: once a handover has drained and sends the release
+// (which acknowledges the end of the term to the successor), the term admits nothing,
+// forwarded requests included, and it stays so when the release gets no answer.
+func TestFailedReleaseLeavesTheTermClosed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster := etcdtest.Start(t, 1)
+	proxy, err := faultproxy.New(strings.TrimPrefix(cluster.Endpoint(0), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	const election = "mark-release"
+	// A long lease, so that it is still valid when the release has timed out.
+	leader := startInstance(t, []string{proxy.URL()}, "leader", election, 20*time.Second, false)
+	waitUntil(t, "the leader leads", func() bool { _, ok := leader.election.Check(); return ok })
+	follower := startInstance(t, cluster.Endpoints(), "follower", election, 3*time.Second, false)
+	waitUntil(t, "the follower knows the leader", func() bool { return follower.election.Term().Leader.ID == "leader" })
+
+	g := newGate(t, Gate{Election: election, Hold: new(caddy.Duration)}, leader.election)
+	finish := slowRequest(t, g)
+	resigned := make(chan error, 1)
+	go func() { resigned <- leader.election.Resign(context.Background(), time.Minute) }()
+	waitUntil(t, "the handover is announced", func() bool { return follower.election.Term().Leader.HandingOver })
+
+	// The leader's link to etcd goes dark: its release cannot land, or its answer is lost.
+	proxy.Blackhole()
+	finish()
+	select {
+	case err := <-resigned:
+		if err == nil {
+			t.Fatal("the release succeeded through a cut link")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the release did not give up")
+	}
+	if !leader.election.Term().Holds() {
+		t.Fatal("the leader let go of its term: the test did not exercise a failed release")
+	}
+	if ran, err := serveMarked(g, "/genuine", genuineMark(leader, "/genuine")); ran {
+		t.Error("a genuine forwarded request was admitted after the release was sent")
+	} else {
+		assertHandlerError(t, err, http.StatusServiceUnavailable)
+	}
+	r, _ := gatedRequest(http.MethodPost, "/plain")
+	if next := (&recordingNext{}); g.ServeHTTP(httptest.NewRecorder(), r, next) == nil || next.ran {
+		t.Error("a plain request was admitted after the release was sent")
 	}
 }
