@@ -38,7 +38,15 @@ func forgedMarkFault(s *scenarioRun) {
 		fmt.Sprintf("c1; token=%d; at=%d; mac=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", s.token, time.Now().UnixMilli()),
 	}
 	stop := make(chan struct{})
-	var mu sync.Mutex
+	sent := make(chan outcome, 64)
+	collected := make(chan []outcome)
+	go func() {
+		var out []outcome
+		for o := range sent {
+			out = append(out, o)
+		}
+		collected <- out
+	}()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -53,10 +61,7 @@ func forgedMarkFault(s *scenarioRun) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					o := s.postMarked(in, "/gated/forged", fmt.Sprintf("forged-%d-%s", n, in.ID), forged[n%len(forged)])
-					mu.Lock()
-					s.extra = append(s.extra, o)
-					mu.Unlock()
+					sent <- s.postMarked(in, "/gated/forged", fmt.Sprintf("forged-%d-%s", n, in.ID), forged[n%len(forged)])
 				}()
 			}
 		}
@@ -80,4 +85,6 @@ func forgedMarkFault(s *scenarioRun) {
 	time.Sleep(ttl)
 	close(stop)
 	wg.Wait()
+	close(sent)
+	s.extra = append(s.extra, <-collected...)
 }
