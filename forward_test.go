@@ -179,7 +179,7 @@ func TestForwardAsksAgainWhileTheLeaderSettles(t *testing.T) {
 			if n := tries.Load(); n < tc.minTries || n > tc.maxTries {
 				t.Errorf("the leader saw %d tries, want %d to %d", n, tc.minTries, tc.maxTries)
 			}
-			if by := forwardedBy.Load(); by != "follower" {
+			if by, _ := forwardedBy.Load().(string); parseMark(by).by != "follower" {
 				t.Errorf("%s = %q, want the follower's id", ForwardedByHeader, by)
 			}
 		})

@@ -12,7 +12,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/caddyleader/caddy-leader/elector"
@@ -33,12 +32,6 @@ const (
 	// (up to a ttl) fail fast with Retry-After instead of piling up.
 	DefaultHold = 2 * time.Second
 )
-
-// ForwardedByHeader marks a request that one instance forwarded to the leader; it names the
-// forwarding instance. An instance that receives it without leading answers 503 instead of
-// forwarding again, so a request travels one hop at most. The gate removes it before the
-// request goes on to the application.
-const ForwardedByHeader = "Caddy-Leader-Forwarded-By"
 
 // Gate is the `leader_gate` handler: it lets a request through only while this instance
 // leads the election, and otherwise rejects it, redirects it to the leader, or forwards it
@@ -244,9 +237,8 @@ func (g *Gate) provisionForwarder(ctx caddy.Context, app *App) error {
 			TryDuration: caddy.Duration(min(max(g.hold, 100*time.Millisecond), 250*time.Millisecond)),
 			TryInterval: caddy.Duration(50 * time.Millisecond),
 		},
-		Headers: &headers.Handler{Request: &headers.HeaderOps{
-			Set: http.Header{ForwardedByHeader: []string{app.InstanceID}},
-		}},
+		// No header operations: they would copy the request's headers again after
+		// the leader upstreams set the mark for the leader they chose.
 	}
 	if err := rp.Provision(ctx); err != nil {
 		return fmt.Errorf("leader_gate: setting up forwarding: %v", err)
@@ -263,19 +255,16 @@ func (g *Gate) Cleanup() error {
 	return nil
 }
 
-// forwardedByKey is ForwardedByHeader in canonical form, for direct map access.
-var forwardedByKey = http.CanonicalHeaderKey(ForwardedByHeader)
-
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	forwarded := len(r.Header[forwardedByKey]) > 0
+	// Only a peer can mark a request as forwarded here: a mark that does not verify is
+	// dropped, and the request goes through the gate as any other. The application never
+	// sees a mark.
+	token, forwarded := g.takeMark(r)
 	var t *elector.Term
 	var admitted bool
 	if forwarded {
-		// Only peers may route here as to the leader; the application never sees the
-		// mark, and a client that sets it can only deny itself forwarding.
-		delete(r.Header, forwardedByKey)
-		t, admitted = g.election.EnterForwarded()
+		t, admitted = g.election.EnterForwarded(token)
 	} else {
 		t, admitted = g.election.Enter()
 	}

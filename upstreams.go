@@ -24,8 +24,9 @@ func init() {
 // this instance is the leader itself (a proxy never sends a request to itself).
 //
 // It also carries the loop guard: it marks every request it routes with the
-// Caddy-Leader-Forwarded-By header naming this instance, and it refuses a request that
-// another instance already forwarded, so that a request travels one hop at most. On the
+// Caddy-Leader-Forwarded-By header naming this instance and authenticated for the
+// leader's term, and it refuses a request that another instance already forwarded, so
+// that a request travels one hop at most. On the
 // leader, `leader_gate` removes the mark before the application sees it; a route that
 // uses the `leader` matcher instead should remove it with `request_header`.
 type LeaderUpstreams struct {
@@ -78,7 +79,7 @@ var errAlreadyForwarded = errors.New("leader upstreams: the request was already 
 
 // GetUpstreams implements reverseproxy.UpstreamSource.
 func (u *LeaderUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
-	if by := r.Header.Get(ForwardedByHeader); by != "" && by != u.self {
+	if v := r.Header.Get(ForwardedByHeader); v != "" && parseMark(v).by != u.self {
 		return nil, errAlreadyForwarded
 	}
 	t := u.election.Term()
@@ -94,9 +95,14 @@ func (u *LeaderUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstrea
 	if d.err != nil {
 		return nil, d.err
 	}
-	// reverse_proxy copies the request's headers per try from this one, so the mark
-	// set here goes upstream on every try.
-	r.Header.Set(ForwardedByHeader, u.self)
+	// The mark authenticates this hop to the leader of t (see ForwardedByHeader). On the
+	// first try r's headers are the ones reverse_proxy copies for every later try, so
+	// the mark goes upstream on every try, even where header operations apply.
+	mark := u.self
+	if t.Leader.MarkKey != "" {
+		mark = signMark(u.self, t.Token, t.Leader.MarkKey, time.Now(), r.Method, r.URL.Path)
+	}
+	r.Header.Set(ForwardedByHeader, mark)
 	return []*reverseproxy.Upstream{{Dial: d.dial}}, nil
 }
 

@@ -106,8 +106,16 @@ func (env *safetyEnv) delay(in *Instance, d time.Duration) {
 
 // post sends one gated POST to in, with the request id the backend records.
 func (env *safetyEnv) post(in *Instance, path, id string) outcome {
+	return env.postMarked(in, path, id, "")
+}
+
+// postMarked is post with Caddy-Leader-Forwarded-By set to mark, unless it is empty.
+func (env *safetyEnv) postMarked(in *Instance, path, id, mark string) outcome {
 	req, _ := http.NewRequest(http.MethodPost, in.URL()+path, strings.NewReader(`{"write":"`+id+`"}`))
 	req.Header.Set("X-Req-Id", id)
+	if mark != "" {
+		req.Header.Set("Caddy-Leader-Forwarded-By", mark)
+	}
 	resp, err := env.client.Do(req)
 	if err != nil {
 		return outcome{ReqID: id, Target: in.ID, Err: err}

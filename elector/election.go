@@ -23,6 +23,10 @@ type Election struct {
 	inflight atomic.Int64 // admitted gated requests that have not finished
 	// lastForwarded is when (Unix ns) a forwarded request last arrived during a handover.
 	lastForwarded atomic.Int64
+	// markKeys holds the MarkKeys of this instance's latest terms, newest first, so that
+	// a forwarded request can be told from a forged one even when it arrives after the
+	// term it was forwarded to has ended (it is then refused, not forwarded again).
+	markKeys atomic.Pointer[[]termMarkKey]
 
 	mu        sync.Mutex         // serialises publishing and the fields below
 	changed   chan struct{}      // closed and replaced on every published change
@@ -41,6 +45,9 @@ type Election struct {
 		lease LeaseID
 	}
 	settling int64
+	// releasing is the token of this instance's term whose release has begun: that term
+	// admits nothing any more (see Term.Releasing).
+	releasing int64
 	// transferHere is set while a transfer to this instance is pending: winning the key
 	// completes it, and the intent is then cleared so that the others campaign again.
 	transferHere bool
@@ -106,13 +113,16 @@ func (e *Election) Enter() (*Term, bool) {
 	return t, false
 }
 
-// EnterForwarded is Enter for a request that a peer has already forwarded to this instance
-// because it leads: such a request is admitted during a handover too (the handover waits
-// for it), since the peer has committed it here and may not send it anywhere else.
-func (e *Election) EnterForwarded() (*Term, bool) {
+// EnterForwarded is Enter for a request that a peer has forwarded to this instance as to
+// the holder of term token, with a mark the caller has verified against MarkKey(token).
+// It is admitted only under that very term, and only once the term has settled (the
+// predecessor may still admit until then); but it is admitted while the term drains too
+// (the handover waits for it), since the peer has committed it here and may not send it
+// anywhere else. Once the term's release has begun, nothing is admitted.
+func (e *Election) EnterForwarded(token int64) (*Term, bool) {
 	e.inflight.Add(1)
 	t := e.term.Load()
-	if t.lease != nil && t.lease.valid(e.c.now()) {
+	if t.lease != nil && t.Token == token && !t.Settling && !t.Releasing && t.lease.valid(e.c.now()) {
 		if t.Draining {
 			e.lastForwarded.Store(time.Now().UnixNano())
 		}
@@ -120,6 +130,42 @@ func (e *Election) EnterForwarded() (*Term, bool) {
 	}
 	e.inflight.Add(-1)
 	return t, false
+}
+
+// termMarkKey is the MarkKey of one term of this instance.
+type termMarkKey struct {
+	token int64
+	key   []byte
+}
+
+// keptMarkKeys is how many of its latest terms' MarkKeys an instance keeps.
+const keptMarkKeys = 4
+
+// MarkKey returns the MarkKey of this instance's own term token, if that is one of its
+// latest terms: the secret a forwarded request's mark must be made with. It reads one
+// atomic pointer and never waits.
+func (e *Election) MarkKey(token int64) ([]byte, bool) {
+	if keys := e.markKeys.Load(); keys != nil {
+		for _, k := range *keys {
+			if k.token == token {
+				return k.key, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// rememberMarkKeyLocked notes the MarkKey of this instance's term token. e.mu is held.
+func (e *Election) rememberMarkKeyLocked(token int64, key string) {
+	var keys []termMarkKey
+	if old := e.markKeys.Load(); old != nil {
+		keys = *old
+	}
+	if key == "" || len(keys) > 0 && keys[0].token == token {
+		return
+	}
+	next := append([]termMarkKey{{token: token, key: []byte(key)}}, keys[:min(len(keys), keptMarkKeys-1)]...)
+	e.markKeys.Store(&next)
 }
 
 // WaitSettled waits until requests can go somewhere (see Term.Settled) and returns that
@@ -229,7 +275,21 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	// for the successor; then let what is in flight (and what peers forwarded just
 	// before they heard) finish; then let go.
 	announced := e.announceHandover(ctx, t)
-	e.drain(ctx, announced)
+	drained, cancelDrain := context.WithTimeout(ctx, time.Duration(e.c.drainTimeout.Load())+handoverGrace)
+	e.drain(drained, announced)
+	// The release acknowledges the end of the term in the same transaction, and the
+	// successor starts as soon as it sees that: close the term to every request first,
+	// forwarded ones included, and for good, so that neither a failed release nor a lost
+	// answer leaves it admitting. A forwarded request admitted between the drain's last
+	// look and the close is waited for too (within the same drain timeout).
+	e.mu.Lock()
+	e.releasing = t.Token
+	if cur := e.term.Load(); cur.lease == t.lease && cur.Token == t.Token {
+		e.publishLocked(cur.Leader, cur.Token, cur.lease, "releasing")
+	}
+	e.mu.Unlock()
+	e.drain(drained, time.Time{})
+	cancelDrain()
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token, t.lease.id)
 	cancel()
@@ -357,8 +417,8 @@ func (e *Election) run(ctx context.Context) {
 		if err == nil {
 			retry.reset()
 			e.observe(obs, l)
-			if e.term.Load().lease != nil {
-				if _, held := e.heldOff(); held {
+			if t := e.term.Load(); t.lease != nil {
+				if _, held := e.heldOff(); held || t.Releasing {
 					// A resign whose release failed: keep trying to let go.
 					_ = e.handOver(ctx, 0)
 				}
@@ -385,7 +445,7 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, error) {
 	if _, held := e.heldOff(); held {
 		return e.c.cfg.Backend.Observe(rctx, e.name)
 	}
-	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now()}
+	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey()}
 	return e.c.cfg.Backend.Campaign(rctx, e.name, rec.encode(), l.id)
 }
 
@@ -573,19 +633,23 @@ func (e *Election) publishAlone(reason string) {
 func (e *Election) publishLocked(leader Record, token int64, held *lease, reason string) {
 	old := e.term.Load()
 	if held == nil {
-		e.settling = 0 // no term of ours to settle any more
+		e.settling = 0 // no term of ours to settle (or release) any more
+		e.releasing = 0
+	} else {
+		e.rememberMarkKeyLocked(token, leader.MarkKey)
 	}
 	t := &Term{
-		Election: e.name,
-		Self:     e.c.cfg.ID,
-		Leader:   leader,
-		Token:    token,
-		Draining: held != nil && e.handing,
-		Settling: held != nil && token == e.settling,
-		Reason:   reason,
-		At:       e.c.now(),
-		lease:    held,
-		end:      ended,
+		Election:  e.name,
+		Self:      e.c.cfg.ID,
+		Leader:    leader,
+		Token:     token,
+		Draining:  held != nil && e.handing,
+		Settling:  held != nil && token == e.settling,
+		Releasing: held != nil && token == e.releasing,
+		Reason:    reason,
+		At:        e.c.now(),
+		lease:     held,
+		end:       ended,
 	}
 	switch {
 	case held != nil && old.lease == held && old.Token == token:

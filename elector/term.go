@@ -2,6 +2,8 @@ package elector
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"time"
 )
@@ -18,6 +20,18 @@ type Record struct {
 	// HandingOver is set by a leader that is about to let go (shutdown, resign): peers
 	// stop sending it requests and wait for its successor instead.
 	HandingOver bool `json:"handing_over,omitempty"`
+	// MarkKey is the secret of this term with which peers authenticate the requests they
+	// forward to the holder (see Election.EnterForwarded). It is random per campaign, so
+	// it is known only to those who can read the election key in the store, and a mark
+	// made for one term is worthless in any other.
+	MarkKey string `json:"mark_key,omitempty"`
+}
+
+// newMarkKey returns a fresh random MarkKey.
+func newMarkKey() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand since Go 1.24)
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 func (r Record) encode() []byte {
@@ -50,6 +64,10 @@ type Term struct {
 	// Settling is set while this instance has just taken the key but the previous holder
 	// has not yet been confirmed to have stopped (see Election): it admits nothing yet.
 	Settling bool
+	// Releasing is set once this instance has begun to release the key of this term (a
+	// handover drained it): it admits nothing, forwarded requests included, and never
+	// will again under this term, even if the release fails or its answer is lost.
+	Releasing bool
 	// Reason says why this snapshot was published ("elected", "key deleted", ...).
 	Reason string
 	// At is when this snapshot was published, by the local clock.
@@ -81,7 +99,7 @@ func (t *Term) Holds() bool { return t.lease != nil }
 // handing it over, and its lease deadline is ahead on both clocks. This is the check every
 // gated request passes through.
 func (t *Term) Leading(now time.Time) bool {
-	return t.lease != nil && !t.Draining && !t.Settling && t.lease.valid(now)
+	return t.lease != nil && !t.Draining && !t.Settling && !t.Releasing && t.lease.valid(now)
 }
 
 // LeaderKnown reports whether some instance (perhaps this one) is known to hold the key.

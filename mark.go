@@ -1,0 +1,130 @@
+package caddyleader
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// ForwardedByHeader marks a request that one instance forwarded to the leader. Its value
+// names the forwarding instance, the term (fencing token) the request was forwarded to,
+// when, and a MAC made with that term's secret (elector.Record.MarkKey), which only those
+// who can read the election key in etcd know:
+//
+//	Caddy-Leader-Forwarded-By: <instance id>; token=<token>; at=<unix ms>; mac=<base64url>
+//
+// A leader admits a marked request during a takeover's drain (the forwarding instance
+// has committed it there), but only under the term it names and never while that term
+// settles or is being released. An instance that gets a genuine mark for a term it does
+// not lead answers 503 with NotLeaderHeader instead of forwarding again, so a request
+// travels one hop at most. A mark that does not verify (a client set it, or a peer made
+// it for another instance's term) is removed and the request treated as a plain one. The
+// gate removes every mark before the request goes on to the application.
+const ForwardedByHeader = "Caddy-Leader-Forwarded-By"
+
+// forwardedByKey is ForwardedByHeader in canonical form, for direct map access.
+var forwardedByKey = http.CanonicalHeaderKey(ForwardedByHeader)
+
+// maxMarkAge is how far a mark's time may be from the receiver's clock: a mark goes out
+// with every try, so only the hop's latency and the skew between the instances' wall
+// clocks need to fit in it. It bounds how long a mark captured on the wire can be
+// replayed, for the same method and path, within the same term.
+const maxMarkAge = 30 * time.Second
+
+// forwardMark is a parsed ForwardedByHeader.
+type forwardMark struct {
+	by    string
+	token int64
+	at    int64 // Unix milliseconds
+	mac   []byte
+}
+
+// signMark makes the mark with which instance by forwards a request (method, path) to the
+// holder of term token, whose MarkKey is key. The path is the one sent on the wire, not
+// the Host: reverse_proxy sets Host to the upstream's address for TLS transports.
+func signMark(by string, token int64, key string, at time.Time, method, path string) string {
+	ms := at.UnixMilli()
+	mac := markMAC([]byte(key), by, token, ms, method, path)
+	return by + "; token=" + strconv.FormatInt(token, 10) + "; at=" + strconv.FormatInt(ms, 10) +
+		"; mac=" + base64.RawURLEncoding.EncodeToString(mac)
+}
+
+// markMAC is the HMAC-SHA256 of a mark's fields and the request's, each length-prefixed
+// so that no two different inputs run together into the same bytes.
+func markMAC(key []byte, by string, token, at int64, method, path string) []byte {
+	h := hmac.New(sha256.New, key)
+	var n [8]byte
+	for _, field := range []string{by, strconv.FormatInt(token, 10), strconv.FormatInt(at, 10), method, path} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(field)))
+		h.Write(n[:])
+		h.Write([]byte(field))
+	}
+	return h.Sum(nil)
+}
+
+// parseMark reads a ForwardedByHeader value; a bare instance id (as sent by versions that
+// did not sign) parses with no token and no MAC, and so never verifies.
+func parseMark(v string) forwardMark {
+	by, rest, _ := strings.Cut(v, ";")
+	m := forwardMark{by: strings.TrimSpace(by)}
+	for _, param := range strings.Split(rest, ";") {
+		name, val, _ := strings.Cut(strings.TrimSpace(param), "=")
+		switch name {
+		case "token":
+			m.token, _ = strconv.ParseInt(val, 10, 64)
+		case "at":
+			m.at, _ = strconv.ParseInt(val, 10, 64)
+		case "mac":
+			m.mac, _ = base64.RawURLEncoding.DecodeString(val)
+		}
+	}
+	return m
+}
+
+// verify reports whether m was made with key for a request with this method and path,
+// no further than maxMarkAge from now.
+func (m forwardMark) verify(key []byte, method, path string, now time.Time) bool {
+	if m.mac == nil || m.token == 0 {
+		return false
+	}
+	if age := now.Sub(time.UnixMilli(m.at)); age > maxMarkAge || age < -maxMarkAge {
+		return false
+	}
+	return hmac.Equal(m.mac, markMAC(key, m.by, m.token, m.at, method, path))
+}
+
+// takeMark removes the forwarding mark from r and returns the term it was genuinely
+// forwarded to: a term of this instance, authenticated with that term's MarkKey. It
+// reports false for a request without a mark or with one that does not verify, which is
+// then a plain request. Only requests that carry the header pay for the check.
+func (g *Gate) takeMark(r *http.Request) (int64, bool) {
+	vals := r.Header[forwardedByKey]
+	if len(vals) == 0 {
+		return 0, false
+	}
+	delete(r.Header, forwardedByKey)
+	if len(vals) != 1 {
+		return 0, false
+	}
+	m := parseMark(vals[0])
+	key, ok := g.election.MarkKey(m.token)
+	if !ok {
+		return 0, false
+	}
+	// The mark covers the request as it was sent, before any rewrite on this side.
+	orig := r
+	if o, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok {
+		orig = &o
+	}
+	if !m.verify(key, orig.Method, orig.URL.Path, time.Now()) {
+		return 0, false
+	}
+	return m.token, true
+}
