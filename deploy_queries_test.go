@@ -15,11 +15,9 @@ import (
 // exportedMetricNames are the names of the series metrics.go exports.
 func exportedMetricNames(t *testing.T) map[string]bool {
 	t.Helper()
-	// The collectors registerMetrics registers.
-	collectors := []prometheus.Collector{metrics.transitions, metrics.requests, metrics.etcdErrors, metrics.state}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	names := make(map[string]bool)
-	for _, c := range collectors {
+	for _, c := range metricCollectors() {
 		ch := make(chan *prometheus.Desc, 16)
 		c.Describe(ch)
 		close(ch)
@@ -29,6 +27,11 @@ func exportedMetricNames(t *testing.T) map[string]bool {
 				t.Fatalf("no metric name in %s", d)
 			}
 			names[m[1]] = true
+			if _, histogram := c.(*prometheus.HistogramVec); histogram {
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					names[m[1]+suffix] = true
+				}
+			}
 		}
 	}
 	return names

@@ -48,12 +48,17 @@ var metrics = struct {
 	}, []string{"op"}),
 }
 
+// metricCollectors are every collector the plugin exports.
+func metricCollectors() []prometheus.Collector {
+	return []prometheus.Collector{metrics.transitions, metrics.requests, metrics.holdDuration, metrics.storeErrors, metrics.state}
+}
+
 // registerMetrics adds the collectors to a config's registry.
 func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{metrics.transitions, metrics.requests, metrics.holdDuration, metrics.storeErrors, metrics.state} {
+	for _, c := range metricCollectors() {
 		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			return err
 		}
