@@ -163,5 +163,11 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 		}
 		return false, b.describe(err)
 	}
-	return ttl.TTL <= 0, nil
+	// Only a lease the store no longer knows (TTL -1) is gone. The remaining TTL is
+	// truncated to whole seconds, so 0 means "less than a second left", not "expired": the
+	// holder's deadline may still be ahead.
+	return ttl.TTL == leaseGone, nil
 }
+
+// leaseGone is the TTL etcd's TimeToLive reports for a lease it does not know.
+const leaseGone = -1
