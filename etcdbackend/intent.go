@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,8 +14,10 @@ import (
 )
 
 // Beside each election key live the keys through which any instance can ask the leader
-// to resign or hand over: <key>/intent, and <key>/candidates/<id> for each live candidate;
-// and <key>/released/<token>, by which the holder of a term acknowledges its end. They are
+// to resign or hand over: <key>/intent, and <key>/candidates/<id>/<lease> for each live
+// candidate (keyed by lease too, so that two processes given one instance id by mistake
+// never overwrite, and then expire, each other's entry); and <key>/released/<token>, by
+// which the holder of a term acknowledges its end. They are
 // never mistaken for an election: election names cannot contain a slash.
 
 func (b *Backend) intentKey(election string) string { return b.Key(election) + "/intent" }
@@ -28,7 +30,8 @@ func (b *Backend) Announce(ctx context.Context, election, id string, lease elect
 	if err != nil {
 		return err
 	}
-	_, err = cli.Put(leaderCtx(ctx), b.candidatesPrefix(election)+id, id, clientv3.WithLease(clientv3.LeaseID(lease)))
+	key := b.candidatesPrefix(election) + id + "/" + strconv.FormatInt(int64(lease), 16)
+	_, err = cli.Put(leaderCtx(ctx), key, id, clientv3.WithLease(clientv3.LeaseID(lease)))
 	return b.describe(mapLeaseErr(err))
 }
 
@@ -39,13 +42,15 @@ func (b *Backend) Candidates(ctx context.Context, election string) ([]string, er
 		return nil, err
 	}
 	prefix := b.candidatesPrefix(election)
-	resp, err := cli.Get(leaderCtx(ctx), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := cli.Get(leaderCtx(ctx), prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, b.describe(err)
 	}
 	ids := make([]string, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		ids = append(ids, strings.TrimPrefix(string(kv.Key), prefix))
+		if id := string(kv.Value); !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
 	}
 	return ids, nil
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
 )
@@ -61,5 +63,112 @@ func TestReleasedOnlyWhenLeaseGone(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no lease could be checked in its last second")
+	}
+}
+
+// TestOperatorRevokeNeverGivesTwoLeaders revokes the leader's lease, as `etcdctl lease
+// revoke` does, while the leader's link to etcd is slow: the key vanishes at once, but the
+// leader's own deadline is still ahead and it learns of the revocation only a slow round
+// trip later. The follower that takes the key must not admit before the old leader has
+// stopped: the fleet's watchdog fails the test if two ever admit at once, and the old
+// leader's last admission must come before the new leader's first.
+func TestOperatorRevokeNeverGivesTwoLeaders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster, f, leader, token := slowLeaderFleet(t, "slow-revoke", 300*time.Millisecond)
+	const ttl = slowLeaderTTL
+	cli := cluster.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, testPrefix+"slow-revoke")
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("reading the election key: %v (%d keys)", err, len(resp.Kvs))
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+
+	var oldLast time.Time
+	deadline := time.Now().Add(3 * ttl)
+	for {
+		if leader.leading() {
+			oldLast = time.Now()
+		}
+		for _, n := range f.others(leader) {
+			if tok := n.election.Term().Token; n.leading() && tok > token {
+				newFirst := time.Now()
+				if !oldLast.IsZero() && !oldLast.Before(newFirst) {
+					t.Fatalf("old leader admitted at %s, not before %s's first admission at %s", oldLast, n.id, newFirst)
+				}
+				if leader.leading() {
+					t.Fatalf("%s leads term %d while the old leader %s still admits", n.id, tok, leader.id)
+				}
+				record(t, "failover after lease revoke", newFirst.Sub(revoked))
+				return // the watchdog, at cleanup, says whether two ever admitted at once
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new term after the lease was revoked")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// slowLeaderTTL is the ttl of slowLeaderFleet: the slow link must not cost the leader its
+// lease, so it is well above the slowed round trip.
+const slowLeaderTTL = 5 * time.Second
+
+// slowLeaderFleet starts three nodes in election on a 1-member etcd, waits for a leader,
+// and delays that leader's link to etcd by delay each way.
+func slowLeaderFleet(t *testing.T, election string, delay time.Duration) (*etcdtest.Cluster, *fleet, *node, int64) {
+	t.Helper()
+	cluster := etcdtest.Start(t, 1)
+	f := startFleet(t, cluster, fleetOptions{size: 3, ttl: slowLeaderTTL, election: election})
+	leader, token := f.waitLeader(slowLeaderTTL + 5*time.Second)
+	for _, p := range leader.proxies {
+		p.Delay(delay)
+	}
+	return cluster, f, leader, token
+}
+
+// TestTwinCandidatesKeepTheirEntries gives two processes one instance id, as a config
+// mistake does: when one of them leaves (its lease revoked), the other is still listed as a
+// candidate, so a transfer to that id still finds it.
+func TestTwinCandidatesKeepTheirEntries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster := etcdtest.Start(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var leases []elector.LeaseID
+	var backends []*Backend
+	for range 2 {
+		b, err := New(Config{Endpoints: cluster.Endpoints(), Prefix: testPrefix, DialTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		id, _, err := b.Grant(ctx, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Announce(ctx, "twins", "twin", id); err != nil {
+			t.Fatal(err)
+		}
+		leases, backends = append(leases, id), append(backends, b)
+	}
+	// The second announced last; it leaves.
+	if err := backends[1].Revoke(ctx, leases[1]); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := backends[0].Candidates(ctx, "twins")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 || ids[0] != "twin" {
+		t.Fatalf("candidates %v after one twin left, want [twin]", ids)
 	}
 }
