@@ -242,7 +242,8 @@ func (e *Election) Start() {
 
 // Resign hands leadership over if this instance holds it: no new gated request is admitted,
 // admitted ones get up to DrainTimeout to finish, then the key is deleted so that a follower
-// takes over at once. This instance does not campaign again for holdOff. It blocks until the
+// takes over at once. This instance does not campaign again for holdOff (or longer, if an
+// earlier resign asked for more). It blocks until the
 // key is released or ctx ends; resigning a follower only sets the hold-off.
 func (e *Election) Resign(ctx context.Context, holdOff time.Duration) error {
 	err := e.handOver(ctx, holdOff)
@@ -252,7 +253,12 @@ func (e *Election) Resign(ctx context.Context, holdOff time.Duration) error {
 
 func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	e.mu.Lock()
-	e.holdUntil = e.c.now().Add(holdOff)
+	// A handover never shortens a hold-off already set: the campaign loop retries a
+	// failed release with none of its own, and an instance that is leaving for good
+	// must not campaign again once that release goes through.
+	if until := e.c.now().Add(holdOff); until.After(e.holdUntil) {
+		e.holdUntil = until
+	}
 	e.handing = true
 	if e.resignReason == "" {
 		e.resignReason = "resigned"

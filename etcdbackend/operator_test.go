@@ -172,3 +172,32 @@ func TestTwinCandidatesKeepTheirEntries(t *testing.T) {
 		t.Fatalf("candidates %v after one twin left, want [twin]", ids)
 	}
 }
+
+// TestFailedLeaveNeverCampaignsAgain lets an instance leave while its link to etcd is cut,
+// so that the release fails but the lease survives; healed, the campaign loop lets go of
+// the key, and the instance, which is leaving for good, must not take it again.
+func TestFailedLeaveNeverCampaignsAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	const ttl = 6 * time.Second
+	cluster := etcdtest.Start(t, 1)
+	f := startFleet(t, cluster, fleetOptions{size: 1, ttl: ttl, election: "failed-leave"})
+	n, token := f.waitLeader(ttl + 5*time.Second)
+	n.cut()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	err := n.cand.Leave(ctx)
+	cancel()
+	if err == nil {
+		t.Fatal("leave succeeded over a cut link")
+	}
+	n.heal()
+	waitFor(t, 2*ttl, "the key to be released after the heal", func() bool { return !n.election.Term().Holds() })
+	watchFor := time.Now().Add(2 * time.Second)
+	for time.Now().Before(watchFor) {
+		if term := n.election.Term(); term.Holds() {
+			t.Fatalf("the leaving instance holds the key again (token %d, was %d, reason %q)", term.Token, token, term.Reason)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
