@@ -70,13 +70,24 @@ func (b *Backend) SetIntent(ctx context.Context, election string, value []byte, 
 	return b.describe(err)
 }
 
-// ClearIntent implements elector.Backend.
+// ClearIntent implements elector.Backend. It revokes the intent's own lease, which deletes
+// the intent with it, rather than leaving the lease to run out its ttl: intents are set
+// every handover, and their leases would otherwise pile up in etcd.
 func (b *Backend) ClearIntent(ctx context.Context, election string) error {
 	cli, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = cli.Delete(leaderCtx(ctx), b.intentKey(election))
+	key := b.intentKey(election)
+	resp, err := cli.Get(leaderCtx(ctx), key)
+	if err != nil {
+		return b.describe(err)
+	}
+	if len(resp.Kvs) > 0 && resp.Kvs[0].Lease != 0 {
+		// A newer intent set meanwhile has a lease of its own and stays.
+		return b.Revoke(ctx, elector.LeaseID(resp.Kvs[0].Lease))
+	}
+	_, err = cli.Delete(leaderCtx(ctx), key)
 	return b.describe(err)
 }
 
@@ -148,18 +159,21 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	return b.describe(err)
 }
 
-// Released implements elector.Backend.
+// Released implements elector.Backend. It consumes the acknowledgement: only the successor
+// asks, once, and the key would otherwise stay for as long as the old holder's lease lives,
+// one more for each term it ends. (A successor whose answer is lost falls back to waiting
+// out the old holder's TTL.)
 func (b *Backend) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, error) {
 	cli, err := b.client(ctx)
 	if err != nil {
 		return false, err
 	}
-	resp, err := cli.Get(leaderCtx(ctx), b.releasedKey(election, token), clientv3.WithCountOnly())
+	resp, err := cli.Delete(leaderCtx(ctx), b.releasedKey(election, token))
 	if err != nil {
 		return false, b.describe(err)
 	}
-	if resp.Count > 0 {
-		return true, nil
+	if resp.Deleted > 0 || lease == 0 {
+		return resp.Deleted > 0, nil
 	}
 	ttl, err := cli.TimeToLive(leaderCtx(ctx), clientv3.LeaseID(lease))
 	if err != nil {

@@ -21,11 +21,7 @@ func TestReleasedOnlyWhenLeaseGone(t *testing.T) {
 	}
 	cluster := etcdtest.Start(t, 1)
 	cli := cluster.Client(t)
-	b, err := New(Config{Endpoints: cluster.Endpoints(), Prefix: testPrefix, DialTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	b := newTestBackend(t, cluster)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -146,11 +142,7 @@ func TestTwinCandidatesKeepTheirEntries(t *testing.T) {
 	var leases []elector.LeaseID
 	var backends []*Backend
 	for range 2 {
-		b, err := New(Config{Endpoints: cluster.Endpoints(), Prefix: testPrefix, DialTimeout: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
+		b := newTestBackend(t, cluster)
 		id, _, err := b.Grant(ctx, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -200,4 +192,73 @@ func TestFailedLeaveNeverCampaignsAgain(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestAcknowledgementsDoNotAccumulate resigns the leader several times: each resign leaves
+// an acknowledgement for the successor, bound to the resigner's lease, which lives on. Once
+// the successor admits it has read the acknowledgement, which must then be gone.
+func TestAcknowledgementsDoNotAccumulate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	const ttl = 5 * time.Second
+	cluster := etcdtest.Start(t, 1)
+	cli := cluster.Client(t)
+	f := startFleet(t, cluster, fleetOptions{size: 2, ttl: ttl, election: "acks"})
+	for range 3 {
+		leader, _ := f.waitLeader(ttl + 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := leader.election.Resign(ctx, 300*time.Millisecond); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		_, tok, _ := f.waitNewLeader(leader, ttl)
+		resp, err := cli.Get(ctx, testPrefix+"acks/released/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) > 0 {
+			t.Fatalf("term %d admits while %d acknowledgements are left, first %s", tok, len(resp.Kvs), resp.Kvs[0].Key)
+		}
+	}
+}
+
+// TestClearedIntentsLeaveNoLease sets and clears intents as handovers do: each is set
+// under a lease of its own, which must go with it.
+func TestClearedIntentsLeaveNoLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster := etcdtest.Start(t, 1)
+	cli := cluster.Client(t)
+	b := newTestBackend(t, cluster)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 3 {
+		if err := b.SetIntent(ctx, "intents", []byte(`{"action":"resign"}`), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ClearIntent(ctx, "intents"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leases, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leases.Leases) > 0 {
+		t.Fatalf("%d intent leases left after the intents were cleared", len(leases.Leases))
+	}
+}
+
+// newTestBackend is a Backend on cluster's members, closed at cleanup.
+func newTestBackend(t *testing.T, cluster *etcdtest.Cluster) *Backend {
+	t.Helper()
+	b, err := New(Config{Endpoints: cluster.Endpoints(), Prefix: testPrefix, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
