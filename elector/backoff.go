@@ -20,7 +20,13 @@ func newBackoff(min, max time.Duration) *backoff {
 
 // wait sleeps for the next jittered interval; it returns false if ctx ended first.
 func (b *backoff) wait(ctx context.Context) bool {
-	d := b.next/2 + rand.N(b.next/2+1)
+	return b.waitAtMost(ctx, b.max)
+}
+
+// waitAtMost is wait, but sleeps no longer than limit: for a retry that must also notice a
+// deadline of its own.
+func (b *backoff) waitAtMost(ctx context.Context, limit time.Duration) bool {
+	d := min(b.next/2+rand.N(b.next/2+1), max(0, limit))
 	b.next = min(b.next*2, b.max)
 	t := time.NewTimer(d)
 	defer t.Stop()

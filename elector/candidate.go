@@ -258,6 +258,43 @@ func (c *Candidate) Close(ctx context.Context) error {
 	return err
 }
 
+// retryRelease deletes the key of a term of election that this candidate no longer
+// follows, retrying until it succeeds, the lease it is bound to is given up (the key then
+// goes with it) or the candidate closes (which revokes that lease).
+func (c *Candidate) retryRelease(election string, token int64, l *lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.loops.Add(1)
+	go func() {
+		defer c.loops.Done()
+		retry := newBackoff(100*time.Millisecond, min(5*time.Second, c.cfg.TTL))
+		for {
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-l.lost:
+				return
+			default:
+			}
+			rctx, cancel := context.WithTimeout(c.ctx, c.requestTimeout)
+			err := c.cfg.Backend.Release(rctx, election, token, l.id)
+			cancel()
+			if err == nil || errors.Is(err, ErrLeaseNotFound) {
+				c.log().Info("released the key of an election no longer configured",
+					zap.String("election", election), zap.Int64("token", token))
+				return
+			}
+			c.storeFailed("release", err)
+			if !retry.wait(c.ctx) {
+				return
+			}
+		}
+	}()
+}
+
 // waitLease blocks until there is a usable lease and returns it, or nil once ctx ends.
 func (c *Candidate) waitLease(ctx context.Context) *lease {
 	for {
@@ -348,7 +385,7 @@ func (c *Candidate) keepLease(ctx context.Context) {
 		c.trouble.succeeded(c.log())
 		c.lastContact.Store(time.Now().UnixNano())
 		retry.reset()
-		l := newLease(id)
+		l := newLease(id, granted)
 		l.extend(sent, granted, safetyMargin(granted))
 		c.setLease(l)
 		c.log().Debug("lease granted", zap.Int64("lease", int64(id)), zap.Duration("ttl", granted))

@@ -40,11 +40,20 @@ type Election struct {
 	resignReason string
 	// prev is the last term held by someone else that this instance saw, and settling
 	// the token of this instance's own term while it waits for prev to be over.
-	prev struct {
-		token int64
-		lease LeaseID
-	}
+	prev     observedTerm
 	settling int64
+	// campaign is the newest campaign request this instance sent: the record it wrote
+	// and when it sent it. A term it wins starts its heartbeat deadline from there.
+	campaign struct {
+		rec  Record
+		sent time.Time
+	}
+	// writeMu serialises this instance's writes of its own election key (heartbeats and the
+	// handover announcement), so that a heartbeat never undoes the announcement.
+	writeMu sync.Mutex
+	// handoverAnnounced is the token of this instance's term whose handover has been
+	// announced: its heartbeats keep the record's HandingOver mark.
+	handoverAnnounced atomic.Int64
 	// releasing is the token of this instance's term whose release has begun: that term
 	// admits nothing any more (see Term.Releasing).
 	releasing int64
@@ -122,7 +131,7 @@ func (e *Election) Enter() (*Term, bool) {
 func (e *Election) EnterForwarded(token int64) (*Term, bool) {
 	e.inflight.Add(1)
 	t := e.term.Load()
-	if t.lease != nil && t.Token == token && !t.Settling && !t.Releasing && t.lease.valid(e.c.now()) {
+	if t.lease != nil && t.Token == token && !t.Settling && !t.Releasing && t.inTime(e.c.now()) {
 		if t.Draining {
 			e.lastForwarded.Store(time.Now().UnixNano())
 		}
@@ -321,15 +330,67 @@ const handoverGrace = 25 * time.Millisecond
 // announceHandover marks the leader record as handing over. It returns when the mark was
 // written, or the zero time if it could not be (the handover then goes on without it).
 func (e *Election) announceHandover(ctx context.Context, t *Term) time.Time {
-	rec := t.Leader
-	rec.HandingOver = true
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
-	defer cancel()
-	ok, err := e.c.cfg.Backend.Update(rctx, e.name, t.Token, rec.encode())
-	if err != nil || !ok {
+	e.handoverAnnounced.Store(t.Token)
+	if ok, err := e.writeRecord(ctx, t); err != nil || !ok {
 		return time.Time{}
 	}
 	return time.Now()
+}
+
+// writeRecord rewrites the key of this instance's term t (its record as it won it, marked
+// as handing over once that was announced) if the key is still t's, and moves t's heartbeat
+// deadline on from the time the write was sent. Followers see every write through their
+// watch; see beatWindow for why that matters. It reports whether the key was still t's.
+func (e *Election) writeRecord(ctx context.Context, t *Term) (bool, error) {
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	rec := t.Leader
+	rec.HandingOver = e.handoverAnnounced.Load() == t.Token
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	sent := e.c.now()
+	ok, err := e.c.cfg.Backend.Update(rctx, e.name, t.Token, rec.encode())
+	if ok {
+		t.beat.set(sent.Add(beatWindow(t.lease.granted)))
+	}
+	return ok, err
+}
+
+// keepBeating rewrites the key of this instance's term t after every renewal of its lease,
+// and at once if the term has no heartbeat deadline yet, until the term ends. A failed
+// heartbeat is tried again at the next renewal; the term stops admitting when its
+// heartbeat deadline passes, as when its lease deadline passes.
+func (e *Election) keepBeating(t *Term) {
+	l := t.lease
+	for {
+		renewed := l.renewals()
+		if t.beat.valid(e.c.now()) {
+			select {
+			case <-t.end.Done():
+				return
+			case <-l.lost:
+				return
+			case <-renewed:
+			}
+		}
+		ok, err := e.writeRecord(t.end, t)
+		switch {
+		case t.end.Err() != nil:
+			return
+		case err != nil:
+			e.c.storeFailed("heartbeat", err)
+			select { // not at once again: wait for the next renewal
+			case <-t.end.Done():
+				return
+			case <-l.lost:
+				return
+			case <-renewed:
+			case <-l.renewals():
+			}
+		case !ok:
+			return // the key is no longer this term's: the watch tells the loop
+		}
+	}
 }
 
 // resignedReasonLocked is why a handover let go of the key: resigned or transferred.
@@ -371,12 +432,15 @@ func (e *Election) drain(ctx context.Context, announced time.Time) {
 	}
 }
 
-// stop hands leadership over for good and ends the campaign loop.
+// stop hands leadership over for good and ends the campaign loop. If the release fails, it
+// is retried in the background: the candidate's lease lives on for its other elections, and
+// the key bound to it would otherwise keep every other instance out for good.
 func (e *Election) stop() {
 	e.stopOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.c.HandoverTimeout())
 		defer cancel()
-		_ = e.handOver(ctx, forever)
+		held := e.term.Load()
+		err := e.handOver(ctx, forever)
 		e.mu.Lock()
 		stopLoop := e.cancel
 		e.mu.Unlock()
@@ -385,6 +449,9 @@ func (e *Election) stop() {
 			<-e.done
 		}
 		e.publishAlone("election no longer configured")
+		if err != nil && held.lease != nil {
+			e.c.retryRelease(e.name, held.Token, held.lease)
+		}
 	})
 }
 
@@ -422,7 +489,7 @@ func (e *Election) run(ctx context.Context) {
 		obs, err := e.read(ctx, l)
 		if err == nil {
 			retry.reset()
-			e.observe(obs, l)
+			e.observe(obs, l, false)
 			if t := e.term.Load(); t.lease != nil {
 				if _, held := e.heldOff(); held || t.Releasing {
 					// A resign whose release failed: keep trying to let go.
@@ -451,7 +518,10 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, error) {
 	if _, held := e.heldOff(); held {
 		return e.c.cfg.Backend.Observe(rctx, e.name)
 	}
-	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey()}
+	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
+	e.mu.Lock()
+	e.campaign.rec, e.campaign.sent = rec, e.c.now()
+	e.mu.Unlock()
 	return e.c.cfg.Backend.Campaign(rctx, e.name, rec.encode(), l.id)
 }
 
@@ -490,7 +560,7 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64) error {
 			if o.Err != nil {
 				return o.Err
 			}
-			e.observe(o, l)
+			e.observe(o, l, true)
 			if o.Holder == nil {
 				return nil // vacant: campaign at once
 			}
@@ -521,13 +591,17 @@ func (e *Election) pause(ctx context.Context, l *lease, retry *backoff) bool {
 	return retry.wait(ctx)
 }
 
-// observe publishes what an observation of the key says, as seen with lease l.
-func (e *Election) observe(o Observation, l *lease) {
+// observe publishes what an observation of the key says, as seen with lease l; watched says
+// whether it came through the watch, which shows every change in order, rather than a read.
+func (e *Election) observe(o Observation, l *lease, watched bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := e.term.Load()
 	h := o.Holder
 	if h == nil {
+		// Seen through the watch, the vacancy comes after every write of the previous
+		// holder; through a read, writes since the last one seen may have been missed.
+		e.prev.vacated = watched
 		reason := "key vacant"
 		switch {
 		case old.lease != nil && e.handing:
@@ -561,22 +635,25 @@ func (e *Election) observe(o Observation, l *lease) {
 		e.c.log().Error("another process holds this election under the same instance_id; the lease decides, so this one stays a follower: give every instance its own instance_id",
 			zap.String("election", e.name), zap.String("instance_id", rec.ID), zap.Int64("their_lease", int64(h.Lease)))
 	}
+	if mine == nil {
+		e.prev.saw(h, rec, e.c.now())
+	}
 	if old.lease == mine && old.Token == h.Token && old.Leader == rec {
-		return // nothing new
+		return // nothing new (a heartbeat)
 	}
 	if e.standAsideFor != "" && rec.ID == e.standAsideFor && !rec.HandingOver {
 		e.standAsideFor = "" // the transfer this instance stood aside for is done
 	}
-	if mine == nil {
-		e.prev.token, e.prev.lease = h.Token, h.Lease
-	} else if old.lease != mine || old.Token != h.Token {
-		// A new term of ours. If the key was taken from a holder whose lease may still
-		// be alive (an operator deleted the key, say), that holder may not have noticed
-		// yet: admit nothing until it is confirmed to have stopped.
-		if e.prev.token != 0 && e.prev.token != h.Token && !e.c.own(e.prev.lease) {
+	newTerm := mine != nil && (old.lease != mine || old.Token != h.Token)
+	if newTerm {
+		// A new term of ours. If the key was taken from a holder that may not have
+		// noticed yet (an operator deleted the key or revoked its lease, say), admit
+		// nothing until it is confirmed to have stopped.
+		if p := e.prev; p.token != 0 && p.token != h.Token && !e.c.own(p.lease) {
 			e.settling = h.Token
-			go e.settle(h.Token, e.prev.token, e.prev.lease)
+			go e.settle(h.Token, p.token, p.stoppedBy(e.c.now(), max(e.c.cfg.TTL, l.granted)))
 		}
+		e.prev = observedTerm{} // over, once this term settles
 	}
 	var reason string
 	switch {
@@ -598,9 +675,50 @@ func (e *Election) observe(o Observation, l *lease) {
 		reason = "new leader observed"
 	}
 	e.publishLocked(rec, h.Token, mine, reason)
+	if newTerm {
+		go e.keepBeating(e.term.Load())
+	}
 	if old.lease != nil && mine == nil && !e.handing {
 		e.acknowledgeEnd(old)
 	}
+}
+
+// observedTerm is what this instance knows of a term held by another instance.
+type observedTerm struct {
+	token int64
+	lease LeaseID
+	ttl   time.Duration // the TTL its record gave; zero if it gave none
+	// seen is when this instance last saw the term's key (a write of its holder), and
+	// vacated whether it then saw, through the watch, the key go away.
+	seen    time.Time
+	vacated bool
+}
+
+// saw notes an observation, at now, of the key held by h with record rec.
+func (p *observedTerm) saw(h *Holder, rec Record, now time.Time) {
+	if p.token != h.Token {
+		*p = observedTerm{token: h.Token, lease: h.Lease, ttl: rec.TTL}
+	}
+	p.seen, p.vacated = now, false
+}
+
+// stoppedBy is when the holder of the term has certainly stopped admitting, by this host's
+// clock, judged at now when the key has just been taken from it; fallbackTTL stands in for
+// a record that gave no TTL. The holder admits for at most beatWindow after sending its
+// last heartbeat, and that write reached this instance no earlier than it was sent. If the
+// key's going away was seen through the watch, every heartbeat before it was seen too, so
+// the last one seen is the last one sent; otherwise the last may have been missed, but it
+// was sent before the key went away, so before now.
+func (p observedTerm) stoppedBy(now time.Time, fallbackTTL time.Duration) time.Time {
+	ttl := p.ttl
+	if ttl <= 0 {
+		ttl = fallbackTTL
+	}
+	from := now
+	if p.vacated {
+		from = p.seen
+	}
+	return from.Add(beatWindow(ttl) + safetyMargin(ttl))
 }
 
 // loseLease steps down because the lease under which the key was held is gone.
@@ -659,7 +777,7 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 	}
 	switch {
 	case held != nil && old.lease == held && old.Token == token:
-		t.end = old.end // the same term goes on
+		t.end, t.beat = old.end, old.beat // the same term goes on
 	default:
 		if e.endTerm != nil {
 			e.endTerm()
@@ -667,6 +785,11 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 		}
 		if held != nil {
 			t.end, e.endTerm = context.WithCancel(context.Background())
+			// The campaign that created the key was the term's first heartbeat.
+			t.beat = &deadline{}
+			if c := e.campaign; !c.sent.IsZero() && c.rec.MarkKey == leader.MarkKey {
+				t.beat.set(c.sent.Add(beatWindow(held.granted)))
+			}
 		}
 	}
 	e.term.Store(t)
@@ -695,17 +818,22 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 	}
 }
 
-// settle waits until the holder of the previous term (prevToken under prevLease) is known
-// to have stopped, then lets this instance's term (token) admit. The previous holder
-// acknowledges as soon as its watch shows it the key is gone and its admitted requests
-// are done; if it cannot (it is cut off), its lease runs out, and its own deadline came
-// before that. Either way there is no moment at which both admit.
-func (e *Election) settle(token, prevToken int64, prevLease LeaseID) {
+// settle waits until the holder of the previous term (prevToken) is known to have stopped,
+// then lets this instance's term (token) admit. The previous holder acknowledges as soon as
+// its watch shows it the key is gone and its admitted requests are done. If it cannot (it
+// is cut off, or its lease was revoked under it), its heartbeat deadline runs out by
+// stoppedBy (see observedTerm.stoppedBy). Either way there is no moment at which both
+// admit. The lease's absence proves nothing: a revoked lease vanishes while its holder's
+// deadline is still ahead, and the store cannot tell revoked from expired.
+func (e *Election) settle(token, prevToken int64, stoppedBy time.Time) {
 	retry := newBackoff(10*time.Millisecond, 250*time.Millisecond)
 	for {
-		rctx, cancel := context.WithTimeout(e.c.ctx, e.c.requestTimeout)
-		released, err := e.c.cfg.Backend.Released(rctx, e.name, prevToken, prevLease)
+		rctx, cancel := context.WithTimeout(e.c.ctx, min(e.c.requestTimeout, max(10*time.Millisecond, stoppedBy.Sub(e.c.now()))))
+		released, err := e.c.cfg.Backend.Released(rctx, e.name, prevToken, 0)
 		cancel()
+		if !released && !e.c.now().Before(stoppedBy) {
+			released, err = true, nil
+		}
 		e.mu.Lock()
 		if e.settling != token {
 			e.mu.Unlock()
@@ -723,7 +851,7 @@ func (e *Election) settle(token, prevToken int64, prevLease LeaseID) {
 		if err != nil {
 			e.c.storeFailed("settle", err)
 		}
-		if !retry.wait(e.c.ctx) {
+		if !retry.waitAtMost(e.c.ctx, stoppedBy.Sub(e.c.now())) {
 			return
 		}
 	}

@@ -18,56 +18,85 @@ var clockBase = time.Now()
 // for at least the granted TTL from that later moment. So s + TTL is a lower bound on the
 // lease's expiry, and s + TTL - margin stays a lower bound even if this host's clock runs a
 // little slower than the store's. Nobody else can create the key before the lease expires,
-// so while both of this host's clocks say the deadline is ahead, no other instance leads.
+// so while both of this host's clocks say the deadline is ahead, no other instance leads,
+// unless an operator deletes the key or revokes the lease: beatWindow covers that.
 //
 // The deadline is kept on two clocks and admission needs both ahead: the monotonic clock
 // ignores wall-clock steps, and the wall clock keeps counting while a suspended machine's
 // monotonic clock may not. A clock stepping the wrong way can only make us step down early.
 type lease struct {
+	deadline
 	id LeaseID
-	// Deadlines in nanoseconds (monotonic since clockBase, and Unix wall time). Zero once
-	// the lease is given up. Each is written atomically; a reader mixing two renewals'
-	// values still sees two deadlines of this lease, both valid.
-	monoDeadline atomic.Int64
-	wallDeadline atomic.Int64
+	// granted is the TTL the store granted when the lease was created.
+	granted time.Duration
 
 	lostOnce sync.Once
 	// lost is closed when the candidate gives the lease up.
 	lost chan struct{}
+
+	renewMu sync.Mutex
+	renewed chan struct{} // closed (and replaced) at every successful renewal
 }
 
-func newLease(id LeaseID) *lease {
-	return &lease{id: id, lost: make(chan struct{})}
+func newLease(id LeaseID, granted time.Duration) *lease {
+	return &lease{id: id, granted: granted, lost: make(chan struct{}), renewed: make(chan struct{})}
 }
 
 // extend moves the deadline to sent + granted - margin, where sent is the local time at
-// which the request that granted or renewed the lease was sent.
+// which the request that granted or renewed the lease was sent, and wakes whoever waits
+// for a renewal.
 func (l *lease) extend(sent time.Time, granted, margin time.Duration) {
-	until := sent.Add(granted - margin)
-	l.monoDeadline.Store(int64(until.Sub(clockBase)))
-	l.wallDeadline.Store(until.UnixNano())
+	l.set(sent.Add(granted - margin))
+	l.renewMu.Lock()
+	close(l.renewed)
+	l.renewed = make(chan struct{})
+	l.renewMu.Unlock()
 }
 
-// valid reports whether now is still before the lease's deadline on both clocks.
-func (l *lease) valid(now time.Time) bool {
-	return int64(now.Sub(clockBase)) < l.monoDeadline.Load() && now.UnixNano() < l.wallDeadline.Load()
-}
-
-// remaining is how long the deadline is still ahead of now (by the more pessimistic clock),
-// or zero once it has passed.
-func (l *lease) remaining(now time.Time) time.Duration {
-	mono := time.Duration(l.monoDeadline.Load() - int64(now.Sub(clockBase)))
-	wall := time.Duration(l.wallDeadline.Load() - now.UnixNano())
-	return max(0, min(mono, wall))
+// renewals returns a channel that is closed at the lease's next successful renewal.
+func (l *lease) renewals() <-chan struct{} {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	return l.renewed
 }
 
 // giveUp makes the lease invalid at once and tells every election that uses it.
 func (l *lease) giveUp() {
 	l.lostOnce.Do(func() {
-		l.monoDeadline.Store(0)
-		l.wallDeadline.Store(0)
+		l.clear()
 		close(l.lost)
 	})
+}
+
+// deadline is a moment kept on both clocks (nanoseconds: monotonic since clockBase, and Unix
+// wall time); zero until set. Each half is written atomically; a reader mixing two writes'
+// values still sees two deadlines that were each valid.
+type deadline struct {
+	mono atomic.Int64
+	wall atomic.Int64
+}
+
+func (d *deadline) set(until time.Time) {
+	d.mono.Store(int64(until.Sub(clockBase)))
+	d.wall.Store(until.UnixNano())
+}
+
+func (d *deadline) clear() {
+	d.mono.Store(0)
+	d.wall.Store(0)
+}
+
+// valid reports whether now is still before the deadline on both clocks.
+func (d *deadline) valid(now time.Time) bool {
+	return int64(now.Sub(clockBase)) < d.mono.Load() && now.UnixNano() < d.wall.Load()
+}
+
+// remaining is how long the deadline is still ahead of now (by the more pessimistic clock),
+// or zero once it has passed.
+func (d *deadline) remaining(now time.Time) time.Duration {
+	mono := time.Duration(d.mono.Load() - int64(now.Sub(clockBase)))
+	wall := time.Duration(d.wall.Load() - now.UnixNano())
+	return max(0, min(mono, wall))
 }
 
 // safetyMargin is subtracted from every lease deadline. Clock rates of two healthy hosts
@@ -75,4 +104,15 @@ func (l *lease) giveUp() {
 // the clock and sending the request.
 func safetyMargin(ttl time.Duration) time.Duration {
 	return ttl / 10
+}
+
+// beatWindow is how long after sending a heartbeat (a write of its election key that every
+// follower sees, see Election.keepBeating) a leader may still admit. A successor that takes
+// the key without the old holder's acknowledgement waits until the receipt of the old
+// holder's last heartbeat + beatWindow + safetyMargin: an operator's lease revoke makes the
+// key vanish while the holder's lease deadline is still ahead, and the heartbeat is the one
+// thing both sides see. Heartbeats follow renewals, so this bound ends before the lease
+// would have expired after a crash, and failover is not slowed.
+func beatWindow(ttl time.Duration) time.Duration {
+	return ttl - 2*safetyMargin(ttl)
 }

@@ -24,7 +24,7 @@ func TestLeaseDeadline(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLease(1)
+			l := newLease(1, time.Second)
 			l.extend(sent, ttl, margin)
 			if got := l.valid(tc.at); got != tc.valid {
 				t.Fatalf("valid(%s after send) = %v, want %v", tc.at.Sub(sent), got, tc.valid)
@@ -45,16 +45,16 @@ func TestLeaseNeedsBothClocks(t *testing.T) {
 		past func(l *lease, now time.Time)
 	}{
 		{"wall_clock_past_the_deadline", func(l *lease, now time.Time) {
-			l.wallDeadline.Store(now.Add(-time.Second).UnixNano())
+			l.wall.Store(now.Add(-time.Second).UnixNano())
 		}},
 		{"monotonic_clock_past_the_deadline", func(l *lease, now time.Time) {
-			l.monoDeadline.Store(int64(now.Add(-time.Second).Sub(clockBase)))
+			l.mono.Store(int64(now.Add(-time.Second).Sub(clockBase)))
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Now()
-			l := newLease(1)
+			l := newLease(1, time.Second)
 			l.extend(now, 10*time.Second, time.Second)
 			if !l.valid(now) {
 				t.Fatal("setup: fresh lease not valid")
@@ -71,7 +71,7 @@ func TestLeaseNeedsBothClocks(t *testing.T) {
 }
 
 func TestLeaseGiveUp(t *testing.T) {
-	l := newLease(1)
+	l := newLease(1, time.Second)
 	l.extend(time.Now(), 10*time.Second, time.Second)
 	l.giveUp()
 	l.giveUp() // idempotent
@@ -87,19 +87,26 @@ func TestLeaseGiveUp(t *testing.T) {
 
 func TestTermLeading(t *testing.T) {
 	now := time.Now()
-	live := newLease(1)
+	live := newLease(1, time.Second)
 	live.extend(now, 10*time.Second, time.Second)
-	expired := newLease(2)
+	expired := newLease(2, time.Second)
 	expired.extend(now.Add(-time.Minute), 10*time.Second, time.Second)
+	beating, silent := &deadline{}, &deadline{}
+	beating.set(now.Add(time.Second))
+	silent.set(now.Add(-time.Millisecond))
 	cases := []struct {
 		name string
 		term Term
 		want bool
 	}{
 		{"follower", Term{}, false},
-		{"holder_with_live_lease", Term{lease: live}, true},
-		{"holder_draining", Term{lease: live, Draining: true}, false},
-		{"holder_with_expired_lease", Term{lease: expired}, false},
+		{"holder_with_live_lease_and_heartbeat", Term{lease: live, beat: beating}, true},
+		{"holder_draining", Term{lease: live, beat: beating, Draining: true}, false},
+		{"holder_settling", Term{lease: live, beat: beating, Settling: true}, false},
+		{"holder_releasing", Term{lease: live, beat: beating, Releasing: true}, false},
+		{"holder_with_expired_lease", Term{lease: expired, beat: beating}, false},
+		{"holder_whose_heartbeat_ran_out", Term{lease: live, beat: silent}, false},
+		{"holder_that_never_beat", Term{lease: live, beat: &deadline{}}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,6 +25,10 @@ type Record struct {
 	// it is known only to those who can read the election key in the store, and a mark
 	// made for one term is worthless in any other.
 	MarkKey string `json:"mark_key,omitempty"`
+	// TTL is the TTL the store granted the holder's lease. A successor that takes the key
+	// without the holder's acknowledgement derives from it how long the holder may still
+	// admit after its last heartbeat (see beatWindow).
+	TTL time.Duration `json:"ttl,omitempty"`
 }
 
 // newMarkKey returns a fresh random MarkKey.
@@ -75,6 +79,9 @@ type Term struct {
 
 	// lease is the lease under which this instance holds the key; nil when it does not.
 	lease *lease
+	// beat is how long after its last heartbeat this term may admit (see beatWindow);
+	// shared by every snapshot of the term. Set whenever lease is.
+	beat *deadline
 	// end is cancelled when this instance's hold of the key ends; already cancelled
 	// for a Term that does not hold it.
 	end context.Context
@@ -96,10 +103,16 @@ var ended = func() context.Context {
 func (t *Term) Holds() bool { return t.lease != nil }
 
 // Leading reports whether this instance may act as leader at now: it holds the key, is not
-// handing it over, and its lease deadline is ahead on both clocks. This is the check every
+// handing it over, and its lease deadline and heartbeat deadline are ahead on both clocks. This is the check every
 // gated request passes through.
 func (t *Term) Leading(now time.Time) bool {
-	return t.lease != nil && !t.Draining && !t.Settling && !t.Releasing && t.lease.valid(now)
+	return t.lease != nil && !t.Draining && !t.Settling && !t.Releasing && t.inTime(now)
+}
+
+// inTime reports whether both of the held term's deadlines are ahead at now: its lease's,
+// and the one its last heartbeat gave it.
+func (t *Term) inTime(now time.Time) bool {
+	return t.lease.valid(now) && t.beat.valid(now)
 }
 
 // LeaderKnown reports whether some instance (perhaps this one) is known to hold the key.

@@ -262,3 +262,42 @@ func newTestBackend(t *testing.T, cluster *etcdtest.Cluster) *Backend {
 	t.Cleanup(func() { b.Close() })
 	return b
 }
+
+// TestDroppedElectionIsReleasedAfterAFailedRelease drops an election from a candidate (as
+// a reload that removes it does) while the link to etcd is cut, so that the release fails
+// while the lease, which the candidate keeps renewing for its other elections, survives.
+// Once healed, the key must be let go: bound to a lease that lives on, it would otherwise
+// keep every other instance out of the election for good.
+func TestDroppedElectionIsReleasedAfterAFailedRelease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	const ttl = 6 * time.Second
+	cluster := etcdtest.Start(t, 1)
+	cli := cluster.Client(t)
+	f := startFleet(t, cluster, fleetOptions{size: 1, ttl: ttl, election: "dropped"})
+	n, _ := f.waitLeader(ttl + 5*time.Second)
+	n.cut()
+	n.cand.Release(n.election) // blocks until the handover gives up
+	if !keyExists(t, cli, testPrefix+"dropped") {
+		t.Fatal("setup: the key went away although the link was cut")
+	}
+	n.heal()
+	waitFor(t, 2*ttl, "the dropped election's key to be released", func() bool {
+		return !keyExists(t, cli, testPrefix+"dropped")
+	})
+	if n.cand.LeaseRemaining() == 0 {
+		t.Fatal("the candidate lost its lease: the key went with it, not by the release")
+	}
+}
+
+func keyExists(t *testing.T, cli *clientv3.Client, key string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, key, clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count > 0
+}

@@ -1,0 +1,54 @@
+package elector
+
+import (
+	"testing"
+	"time"
+)
+
+func TestStoppedBy(t *testing.T) {
+	const ttl = 10 * time.Second
+	now := time.Now()
+	seen := now.Add(-3 * time.Second)
+	wait := beatWindow(ttl) + safetyMargin(ttl) // 9s at ttl 10s
+	cases := []struct {
+		name        string
+		term        observedTerm
+		fallbackTTL time.Duration
+		want        time.Time
+	}{
+		// The watch showed the key go away after the last heartbeat seen: that one was
+		// the holder's last, and it stops admitting within beatWindow of sending it.
+		{"vacancy_seen_through_the_watch", observedTerm{token: 7, ttl: ttl, seen: seen, vacated: true}, time.Second, seen.Add(wait)},
+		// Found vacant by a read: heartbeats after the last one seen may have been
+		// missed, but all of them were sent before now.
+		{"vacancy_found_by_a_read", observedTerm{token: 7, ttl: ttl, seen: seen}, time.Second, now.Add(wait)},
+		{"record_without_ttl_uses_the_fallback", observedTerm{token: 7, seen: seen, vacated: true}, ttl, seen.Add(wait)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.term.stoppedBy(now, tc.fallbackTTL); !got.Equal(tc.want) {
+				t.Fatalf("stoppedBy = now%+v, want now%+v", got.Sub(now), tc.want.Sub(now))
+			}
+		})
+	}
+}
+
+// TestHeartbeatEndsBeforeTheLease checks the arithmetic that keeps failover fast: a
+// heartbeat sent right after a renewal stops the holder, and lets a successor start,
+// before the lease it renewed could have expired in the store.
+func TestHeartbeatEndsBeforeTheLease(t *testing.T) {
+	for _, ttl := range []time.Duration{time.Second, 2 * time.Second, 10 * time.Second, time.Hour} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			successorWaits := beatWindow(ttl) + safetyMargin(ttl)
+			if successorWaits >= ttl {
+				t.Fatalf("a successor waits %s after the last heartbeat, not less than the ttl %s", successorWaits, ttl)
+			}
+			if beatWindow(ttl) >= successorWaits {
+				t.Fatalf("the holder admits %s after a heartbeat, not less than the %s its successor waits", beatWindow(ttl), successorWaits)
+			}
+			if beatWindow(ttl) <= ttl/3 {
+				t.Fatalf("beatWindow %s does not outlast one renewal interval %s", beatWindow(ttl), ttl/3)
+			}
+		})
+	}
+}
