@@ -36,7 +36,7 @@ type Observation struct {
 	Err error
 }
 
-// Backend is what an election needs from a coordination store (etcd in production): leases
+// Backend is what an election needs from a coordination store: leases
 // that expire unless renewed, a compare-and-swap create, deletes guarded by the create
 // revision, and a watch. Every method must honour ctx's deadline and cancellation.
 type Backend interface {

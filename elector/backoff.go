@@ -7,7 +7,7 @@ import (
 )
 
 // backoff spaces out retries against an unreachable or failing store: exponential from min,
-// capped at max, with full jitter so that a fleet that lost etcd together does not return
+// capped at max, with full jitter so that a fleet that lost the store together does not return
 // together.
 type backoff struct {
 	min, max time.Duration

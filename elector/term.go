@@ -88,7 +88,7 @@ type Term struct {
 }
 
 // Context is cancelled the moment this instance's term ends: its lease ran out (at the
-// deadline, even with etcd unreachable), or the key was deleted, taken over or released.
+// deadline, even with the store unreachable), or the key was deleted, taken over or released.
 // Work done for the leader can tie itself to it so that it stops when leadership does.
 func (t *Term) Context() context.Context { return t.end }
 

@@ -414,8 +414,8 @@ func testElectionScenarios(t *testing.T, cluster *etcdtest.Cluster) {
 		if failedReads > 0 {
 			t.Errorf("the leader was forgotten only after %d failed reads of the key, not when the lease lapsed", failedReads)
 		}
-		if forgotten.Reason != "etcd unreachable" {
-			t.Errorf("reason %q, want %q", forgotten.Reason, "etcd unreachable")
+		if forgotten.Reason != "store unreachable" {
+			t.Errorf("reason %q, want %q", forgotten.Reason, "store unreachable")
 		}
 		if !leader.leading() {
 			t.Fatalf("the leader, which kept its link, stopped leading: %s", leader.election.Term().Reason)

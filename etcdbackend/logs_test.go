@@ -78,13 +78,13 @@ func TestLogs(t *testing.T) {
 	failedBefore := failures.Load()
 	waitFor(t, 30*time.Second, "more failed etcd requests", func() bool { return failures.Load() >= failedBefore+5 })
 	proxy.Heal()
-	waitFor(t, 15*time.Second, "etcd reachable again", func() bool { return logs.FilterMessage("etcd reachable again").Len() >= 1 })
+	waitFor(t, 15*time.Second, "store reachable again", func() bool { return logs.FilterMessage("store reachable again").Len() >= 1 })
 
-	if n := logs.FilterMessageSnippet("etcd request failing").FilterLevelExact(zapcore.WarnLevel).Len(); n != 1 {
+	if n := logs.FilterMessageSnippet("store request failing").FilterLevelExact(zapcore.WarnLevel).Len(); n != 1 {
 		t.Errorf("%d WARN lines for one etcd outage, want 1", n)
 	}
 	down := entry("stepped down").ContextMap()
-	if down["reason"] != "lease lost" && down["reason"] != "etcd unreachable" {
+	if down["reason"] != "lease lost" && down["reason"] != "store unreachable" {
 		t.Errorf("stepped down: reason = %v", down["reason"])
 	}
 }

@@ -1,0 +1,147 @@
+package elector
+
+import (
+	"context"
+	"time"
+)
+
+// run is the campaign loop: take the key if nobody holds it, else watch it until it is
+// deleted, and start over whenever the lease or the watch is lost.
+func (e *Election) run(ctx context.Context) {
+	defer close(e.done)
+	retry := newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL))
+	for {
+		l := e.c.waitLease(ctx)
+		if l == nil {
+			return
+		}
+		e.announce(ctx, l)
+		obs, err := e.read(ctx, l)
+		if err == nil {
+			retry.reset()
+			e.observe(obs, l, false)
+			if t := e.term.Load(); t.lease != nil {
+				if _, held := e.heldOff(); held || t.Releasing {
+					// A resign whose release failed: keep trying to let go.
+					_ = e.handOver(ctx, 0)
+				}
+			}
+			err = e.follow(ctx, l, obs.Revision)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			e.c.storeFailed("campaign", err)
+			e.lostContact(l)
+			if !e.pause(ctx, l, retry) {
+				return
+			}
+		}
+	}
+}
+
+// read campaigns for the key, or only looks at it while held off after a resign.
+func (e *Election) read(ctx context.Context, l *lease) (Observation, error) {
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	if _, held := e.heldOff(); held {
+		return e.c.cfg.Backend.Observe(rctx, e.name)
+	}
+	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
+	e.mu.Lock()
+	e.campaign.rec, e.campaign.sent = rec, e.c.now()
+	e.mu.Unlock()
+	return e.c.cfg.Backend.Campaign(rctx, e.name, rec.encode(), l.id)
+}
+
+// follow watches the key from after rev and publishes what it sees. It returns nil when the
+// loop should read the key again now (key deleted, lease lost, hold-off over, resync asked),
+// or the error that broke the watch.
+func (e *Election) follow(ctx context.Context, l *lease, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changes := e.c.cfg.Backend.Watch(wctx, e.name, rev)
+
+	var holdOver <-chan time.Time
+	if d, held := e.heldOff(); held && d < forever/2 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		holdOver = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.lost:
+			// Renewals failed for a whole lease (or the store dropped it): what the
+			// watch showed may be stale too, until the key is read again.
+			e.loseLease(l)
+			e.lostContact(l)
+			return nil
+		case <-holdOver:
+			return nil
+		case <-e.resync:
+			return nil
+		case o, ok := <-changes:
+			if !ok {
+				return errWatchClosed
+			}
+			if o.Err != nil {
+				return o.Err
+			}
+			e.observe(o, l, true)
+			if o.Holder == nil {
+				return nil // vacant: campaign at once
+			}
+		}
+	}
+}
+
+type watchClosed struct{}
+
+func (watchClosed) Error() string { return "watch closed by the store" }
+
+var errWatchClosed error = watchClosed{}
+
+// pause waits out one backoff step after a failed read; it returns false if ctx ended. If
+// the lease is lost meanwhile, leadership is given up, and the leader forgotten, at once
+// rather than after the wait.
+func (e *Election) pause(ctx context.Context, l *lease, retry *backoff) bool {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-l.lost:
+			e.loseLease(l)
+			e.lostContact(l)
+		case <-wctx.Done():
+		}
+	}()
+	return retry.wait(ctx)
+}
+
+// loseLease steps down because the lease under which the key was held is gone.
+func (e *Election) loseLease(l *lease) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.term.Load(); t.lease == l {
+		e.publishLocked(Record{}, 0, nil, "lease lost")
+	}
+}
+
+// lostContact forgets the leader once the key cannot be read and this instance has been out
+// of touch with the store for a whole lease (l is no longer valid). Before that, the leader
+// last seen most likely still leads: a brief outage, such as the store electing a new leader of its own,
+// should not leave redirects and forwarded requests without a target. After it, a stale
+// leader is worse than none. A key held under a still-valid lease stays held.
+func (e *Election) lostContact(l *lease) {
+	if l.valid(e.c.now()) {
+		return // pause and follow call again when l is given up
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.term.Load(); t.lease == nil && t.LeaderKnown() {
+		e.publishLocked(Record{}, 0, nil, "store unreachable")
+	}
+}

@@ -1,0 +1,178 @@
+package elector
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Resign hands leadership over if this instance holds it: no new gated request is admitted,
+// admitted ones get up to DrainTimeout to finish, then the key is deleted so that a follower
+// takes over at once. This instance does not campaign again for holdOff (or longer, if an
+// earlier resign asked for more). It blocks until the
+// key is released or ctx ends; resigning a follower only sets the hold-off.
+func (e *Election) Resign(ctx context.Context, holdOff time.Duration) error {
+	err := e.handOver(ctx, holdOff)
+	e.kick()
+	return err
+}
+
+func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
+	e.mu.Lock()
+	// A handover never shortens a hold-off already set: the campaign loop retries a
+	// failed release with none of its own, and an instance that is leaving for good
+	// must not campaign again once that release goes through.
+	if until := e.c.now().Add(holdOff); until.After(e.holdUntil) {
+		e.holdUntil = until
+	}
+	e.handing = true
+	if e.resignReason == "" {
+		e.resignReason = "resigned"
+	}
+	t := e.term.Load()
+	if t.lease != nil {
+		e.publishLocked(t.Leader, t.Token, t.lease, "handing over")
+	}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.handing = false
+		e.resignReason = ""
+		e.mu.Unlock()
+	}()
+	if t.lease == nil {
+		return nil
+	}
+	// Tell the fleet first, so that peers stop forwarding here and hold their requests
+	// for the successor; then let what is in flight (and what peers forwarded just
+	// before they heard) finish; then let go.
+	announced := e.announceHandover(ctx, t)
+	drained, cancelDrain := context.WithTimeout(ctx, time.Duration(e.c.drainTimeout.Load())+handoverGrace)
+	e.drain(drained, announced)
+	// The release acknowledges the end of the term in the same transaction, and the
+	// successor starts as soon as it sees that: close the term to every request first,
+	// forwarded ones included, and for good, so that neither a failed release nor a lost
+	// answer leaves it admitting. A forwarded request admitted between the drain's last
+	// look and the close is waited for too (within the same drain timeout).
+	e.mu.Lock()
+	e.releasing = t.Token
+	if cur := e.term.Load(); cur.lease == t.lease && cur.Token == t.Token {
+		e.publishLocked(cur.Leader, cur.Token, cur.lease, "releasing")
+	}
+	e.mu.Unlock()
+	e.drain(drained, time.Time{})
+	cancelDrain()
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token, t.lease.id)
+	cancel()
+	if err != nil {
+		e.c.storeFailed("release", err)
+		return err
+	}
+	e.mu.Lock()
+	if cur := e.term.Load(); cur.lease != nil && cur.Token == t.Token {
+		e.publishLocked(Record{}, 0, nil, e.resignedReasonLocked())
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// handoverGrace is how long a leader that announced its handover keeps accepting requests
+// that peers forwarded before they heard of it: the announcement reaches peers through
+// their watch in about one round trip, and a request they sent just before is at most
+// one network hop behind it. The grace starts again with every forwarded request that
+// still arrives, so a slow peer extends it (up to DrainTimeout).
+const handoverGrace = 25 * time.Millisecond
+
+// announceHandover marks the leader record as handing over. It returns when the mark was
+// written, or the zero time if it could not be (the handover then goes on without it).
+func (e *Election) announceHandover(ctx context.Context, t *Term) time.Time {
+	e.handoverAnnounced.Store(t.Token)
+	if ok, err := e.writeRecord(ctx, t); err != nil || !ok {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// resignedReasonLocked is why a handover let go of the key: resigned or transferred.
+func (e *Election) resignedReasonLocked() string {
+	if e.resignReason != "" {
+		return e.resignReason
+	}
+	return "resigned"
+}
+
+// drain waits until no admitted request is in flight and the grace after the handover was
+// announced has passed, or DrainTimeout or ctx ends.
+func (e *Election) drain(ctx context.Context, announced time.Time) {
+	// quiet reports whether peers have had the grace to stop forwarding here.
+	quiet := func() bool {
+		if announced.IsZero() {
+			return true
+		}
+		last := max(announced.UnixNano(), e.lastForwarded.Load())
+		return time.Since(time.Unix(0, last)) >= handoverGrace
+	}
+	if e.inflight.Load() <= 0 && quiet() {
+		return
+	}
+	deadline := time.NewTimer(time.Duration(e.c.drainTimeout.Load()))
+	defer deadline.Stop()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for e.inflight.Load() > 0 || !quiet() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			e.c.log().Warn("drain timeout: releasing leadership with gated requests still in flight",
+				zap.String("election", e.name), zap.Int64("in_flight", e.inflight.Load()))
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// stop hands leadership over for good and ends the campaign loop. If the release fails, it
+// is retried in the background: the candidate's lease lives on for its other elections, and
+// the key bound to it would otherwise keep every other instance out for good.
+func (e *Election) stop() {
+	e.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.c.HandoverTimeout())
+		defer cancel()
+		held := e.term.Load()
+		err := e.handOver(ctx, forever)
+		e.mu.Lock()
+		stopLoop := e.cancel
+		e.mu.Unlock()
+		if stopLoop != nil {
+			stopLoop()
+			<-e.done
+		}
+		e.publishAlone("election no longer configured")
+		if err != nil && held.lease != nil {
+			e.c.retryRelease(e.name, held.Token, held.lease)
+		}
+	})
+}
+
+// acknowledgeEnd records, once this instance's admitted requests of the ended term are
+// done, that it stopped acting as leader of that term, so that a successor that is
+// waiting (see settle) may start.
+func (e *Election) acknowledgeEnd(ended *Term) {
+	go func() {
+		ctx, cancel := context.WithTimeout(e.c.ctx, e.c.HandoverTimeout())
+		defer cancel()
+		e.drain(ctx, time.Time{})
+		retry := newBackoff(50*time.Millisecond, time.Second)
+		for {
+			rctx, rcancel := context.WithTimeout(ctx, e.c.requestTimeout)
+			err := e.c.cfg.Backend.Acknowledge(rctx, e.name, ended.Token, ended.lease.id)
+			rcancel()
+			if err == nil || !retry.wait(ctx) {
+				return
+			}
+		}
+	}()
+}
