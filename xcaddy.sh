@@ -42,7 +42,7 @@ Commands:
                           DEMO_PORT_BASE sets the first port (default: 18080).
   help                    Show this message.
 
-Uses xcaddy from PATH if there is one, else 'go tool xcaddy' (the version pinned in go.mod).
+Uses xcaddy from PATH if there is one, else 'go tool -C tools xcaddy' (the version pinned in tools/go.mod).
 
 Environment for 'run' and 'etcd' (the defaults suit a one-machine try-out):
   CADDY_BIN           a Caddy binary to run instead of building ./caddy
@@ -69,7 +69,9 @@ run_cmd() {
 build() {
 	command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH; xcaddy needs it to compile Caddy (https://go.dev/doc/install)"
 
-	local xcaddy=(go tool xcaddy)
+	# xcaddy from PATH, else the version pinned in tools/go.mod: a module of its own, so that
+	# xcaddy takes no part in the version selection of the plugin's users.
+	local xcaddy=(go tool -C "$PWD/tools" xcaddy)
 	if command -v xcaddy >/dev/null 2>&1; then
 		xcaddy=(xcaddy)
 	fi
@@ -80,8 +82,8 @@ build() {
 	# The @v0.0.0 is needed: without a version, xcaddy's `go get` asks the module proxy for
 	# the plugin's latest version despite the replacement, and the proxy may not serve it.
 	run_cmd "${xcaddy[@]}" build "$caddy_version" \
-		--output caddy \
-		--with "$plugin_module@v0.0.0=./" \
+		--output "$PWD/caddy" \
+		--with "$plugin_module@v0.0.0=$PWD" \
 		"$@" || {
 		$interrupted && exit 130
 		die "building ./caddy failed; the output above says why"
