@@ -43,6 +43,11 @@ func (p observedTerm) stoppedBy(now time.Time, fallbackTTL time.Duration) time.T
 	return from.Add(beatWindow(ttl) + safetyMargin(ttl))
 }
 
+// ReasonPredecessorTimedOut is the reason of a Term that began admitting because its
+// predecessor's heartbeat deadline passed without an acknowledgement (it crashed, was cut
+// off, or lost its lease to an operator before it could say it stopped).
+const ReasonPredecessorTimedOut = "elected; the previous leader's deadline passed"
+
 // settle waits until the holder of the previous term (prevToken) is known to have stopped,
 // then lets this instance's term (token) admit. The previous holder acknowledges as soon as
 // its watch shows it the key is gone and its admitted requests are done. If it cannot (it
@@ -56,8 +61,9 @@ func (e *Election) settle(token, prevToken int64, stoppedBy time.Time) {
 		rctx, cancel := context.WithTimeout(e.c.ctx, min(e.c.requestTimeout, max(10*time.Millisecond, stoppedBy.Sub(e.c.now()))))
 		released, err := e.c.cfg.Backend.Released(rctx, e.name, prevToken, 0)
 		cancel()
+		reason := "elected"
 		if !released && !e.c.now().Before(stoppedBy) {
-			released, err = true, nil
+			released, err, reason = true, nil, ReasonPredecessorTimedOut
 		}
 		e.mu.Lock()
 		if e.settling != token {
@@ -67,7 +73,7 @@ func (e *Election) settle(token, prevToken int64, stoppedBy time.Time) {
 		if released {
 			e.settling = 0
 			if cur := e.term.Load(); cur.lease != nil && cur.Token == token {
-				e.publishLocked(cur.Leader, cur.Token, cur.lease, "elected")
+				e.publishLocked(cur.Leader, cur.Token, cur.lease, reason)
 			}
 			e.mu.Unlock()
 			return

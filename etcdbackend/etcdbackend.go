@@ -69,6 +69,10 @@ type Backend struct {
 	connects   sync.WaitGroup
 
 	tlsFailure tlsFailureLog
+
+	// granted remembers the TTL of each lease granted here (elector.LeaseID ->
+	// time.Duration), so that an acknowledgement can live as long as its holder's lease.
+	granted sync.Map
 }
 
 // connectAttempt is one run of clientv3.New; its result is set before done is closed.
@@ -245,7 +249,9 @@ func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID
 	if err != nil {
 		return 0, 0, b.describe(err)
 	}
-	return elector.LeaseID(resp.ID), time.Duration(resp.TTL) * time.Second, nil
+	granted := time.Duration(resp.TTL) * time.Second
+	b.granted.Store(elector.LeaseID(resp.ID), granted)
+	return elector.LeaseID(resp.ID), granted, nil
 }
 
 // Renew implements elector.Backend.
@@ -268,7 +274,8 @@ func (b *Backend) Revoke(ctx context.Context, id elector.LeaseID) error {
 		return err
 	}
 	_, err = cli.Revoke(leaderCtx(ctx), clientv3.LeaseID(id))
-	if errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
+	if err == nil || errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
+		b.granted.Delete(id)
 		return nil
 	}
 	return b.describe(err)
@@ -406,9 +413,13 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 		return err
 	}
 	key := b.Key(election)
+	ack, err := b.acknowledgement(ctx, cli, election, token, lease)
+	if err != nil {
+		return err
+	}
 	_, err = cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
-		Then(clientv3.OpDelete(key), b.acknowledgement(election, token, lease)).
+		Then(clientv3.OpDelete(key), ack).
 		Commit()
 	return b.describe(err)
 }

@@ -140,11 +140,26 @@ func (b *Backend) releasedKey(election string, token int64) string {
 	return b.Key(election) + "/released/" + strconv.FormatInt(token, 10)
 }
 
-// acknowledgement is the put that records the end of term token. It is bound to the
-// holder's lease: once that lease is gone the acknowledgement is not needed any more.
-func (b *Backend) acknowledgement(election string, token int64, lease elector.LeaseID) clientv3.Op {
-	return clientv3.OpPut(b.releasedKey(election, token), "", clientv3.WithLease(clientv3.LeaseID(lease)))
+// acknowledgement is the put that records the end of term token. It is bound to a lease of
+// its own, granted here for as long as the holder's lease was granted: the holder's lease
+// may be revoked the moment after (a shutting-down instance revokes it as soon as it has let
+// go, an operator may revoke it), and the successor must still find the acknowledgement. The
+// successor deletes it when it reads it; otherwise it expires with its lease.
+func (b *Backend) acknowledgement(ctx context.Context, cli *clientv3.Client, election string, token int64, holder elector.LeaseID) (clientv3.Op, error) {
+	ttl := defaultAckTTL
+	if granted, ok := b.granted.Load(holder); ok {
+		ttl = granted.(time.Duration)
+	}
+	resp, err := cli.Grant(leaderCtx(ctx), int64(math.Ceil(ttl.Seconds())))
+	if err != nil {
+		return clientv3.Op{}, b.describe(err)
+	}
+	return clientv3.OpPut(b.releasedKey(election, token), "", clientv3.WithLease(resp.ID)), nil
 }
+
+// defaultAckTTL is how long an acknowledgement lives when the holder's lease was granted by
+// another process (a reload's predecessor): long enough for any successor to read it.
+const defaultAckTTL = time.Minute
 
 // Acknowledge implements elector.Backend.
 func (b *Backend) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
@@ -152,10 +167,11 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	if err != nil {
 		return err
 	}
-	_, err = cli.Do(leaderCtx(ctx), b.acknowledgement(election, token, lease))
-	if errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
-		return nil // the lease is gone: Released says so without the acknowledgement
+	ack, err := b.acknowledgement(ctx, cli, election, token, lease)
+	if err != nil {
+		return err
 	}
+	_, err = cli.Do(leaderCtx(ctx), ack)
 	return b.describe(err)
 }
 

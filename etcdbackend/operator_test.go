@@ -301,3 +301,25 @@ func keyExists(t *testing.T, cli *clientv3.Client, key string) bool {
 	}
 	return resp.Count > 0
 }
+
+// TestShutdownIsAcknowledged closes the leader (a SIGTERM does the same): it lets go of the
+// key and then revokes its lease at once. Its successor must still find the
+// acknowledgement, rather than wait out the old leader's heartbeat deadline.
+func TestShutdownIsAcknowledged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	const ttl = 5 * time.Second
+	cluster := etcdtest.Start(t, 1)
+	f := startFleet(t, cluster, fleetOptions{size: 2, ttl: ttl, election: "shutdown-ack"})
+	leader, _ := f.waitLeader(ttl + 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := leader.cand.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	successor, _, _ := f.waitNewLeader(leader, 2*ttl)
+	if reason := successor.election.Term().Reason; reason != "elected" {
+		t.Fatalf("successor began with reason %q: it did not see the acknowledgement", reason)
+	}
+}
