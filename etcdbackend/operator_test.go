@@ -323,3 +323,44 @@ func TestShutdownIsAcknowledged(t *testing.T) {
 		t.Fatalf("successor began with reason %q: it did not see the acknowledgement", reason)
 	}
 }
+
+// TestKeyDeletedWhileDrainingDoesNotStallTheSuccessor resigns the leader with a long
+// hold-off while a request it admitted is still running, and deletes the key while it
+// drains. A draining leader does not acknowledge a delete (its own release will), and its
+// release then finds the key gone and acknowledges nothing; its lease lives on. The
+// successor must not wait for an acknowledgement that never comes: it starts once the old
+// leader's heartbeat deadline has passed.
+func TestKeyDeletedWhileDrainingDoesNotStallTheSuccessor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	const ttl = 3 * time.Second
+	cluster := etcdtest.Start(t, 1)
+	cli := cluster.Client(t)
+	f := startFleet(t, cluster, fleetOptions{size: 2, ttl: ttl, election: "drain-delete"})
+	leader, token := f.waitLeader(ttl + 5*time.Second)
+	if _, ok := leader.election.Enter(); !ok {
+		t.Fatal("setup: the leader does not admit")
+	}
+	resigned := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resigned <- leader.election.Resign(ctx, time.Hour)
+	}()
+	waitFor(t, ttl, "the leader to drain", func() bool { return leader.election.Term().Draining })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Delete(ctx, testPrefix+"drain-delete"); err != nil {
+		t.Fatal(err)
+	}
+	successor, newToken, _ := f.waitNewLeader(leader, 3*ttl)
+	if newToken <= token {
+		t.Fatalf("successor %s leads with token %d, not above %d", successor.id, newToken, token)
+	}
+	leader.election.Exit()
+	<-resigned
+	if leader.cand.LeaseRemaining() == 0 {
+		t.Fatal("the old leader lost its lease: the test did not show the stall it is about")
+	}
+}
