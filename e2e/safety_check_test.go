@@ -30,6 +30,7 @@ import (
 //     terms' arrival intervals that in-flight requests explain).
 type safetyReport struct {
 	Scenario   string
+	Renews     bool           // the fault let renewals through (slow links): see safetyScenario.renews
 	Title      string         // the table's name for it; empty: Scenario with spaces for underscores
 	Requests   int            // client requests
 	Statuses   map[int]int    // client outcomes by status; 0 is no answer
