@@ -21,10 +21,10 @@
 // froze, or lost the store, admits nothing once it is past.
 //
 // The key can also vanish early, when an operator deletes it or revokes the lease. So the
-// holder rewrites its key after every renewal and admits only until beatWindow after sending
+// holder rewrites its key with every renewal and admits only until beatWindow after sending
 // its last rewrite (heartbeat.go), and a new holder that was not told that its predecessor
 // stopped waits until beatWindow plus a margin after it received that rewrite (settle.go).
-// After a crash that wait is over by the time the lease has expired.
+// After a crash that wait ends within a round trip of the lease's expiry.
 //
 // A handover (Resign, a transfer, a shutdown) stops admitting, drains admitted requests,
 // closes the term for good and only then deletes the key and acknowledges in one transaction

@@ -23,36 +23,38 @@ func (e *Election) writeRecord(ctx context.Context, t *Term) (bool, error) {
 	return ok, err
 }
 
-// keepBeating rewrites the key of this instance's term t after every renewal of its lease,
-// and at once if the term has no heartbeat deadline yet, until the term ends. A failed
-// heartbeat is tried again at the next renewal; the term stops admitting when its
-// heartbeat deadline passes, as when its lease deadline passes.
+// keepBeating rewrites the key of this instance's term t whenever a renewal of its lease is
+// sent, and at once if the term has no heartbeat deadline yet, until the term ends. A
+// heartbeat that is still on its way when the next renewal is sent is followed by another
+// as soon as it is done; a failed one is tried again with the next renewal. The term stops
+// admitting when its heartbeat deadline passes, as when its lease deadline passes.
 func (e *Election) keepBeating(t *Term) {
 	l := t.lease
+	next := l.renewalSent()
 	for {
-		renewed := l.renewals()
 		if t.beat.valid(e.c.now()) {
 			select {
 			case <-t.end.Done():
 				return
 			case <-l.lost:
 				return
-			case <-renewed:
+			case <-next:
 			}
 		}
+		next = l.renewalSent()
 		ok, err := e.writeRecord(t.end, t)
 		switch {
 		case t.end.Err() != nil:
 			return
 		case err != nil:
 			e.c.storeFailed("heartbeat", err)
-			select { // not at once again: wait for the next renewal
+			select { // not at once again: with the next renewal
 			case <-t.end.Done():
 				return
 			case <-l.lost:
 				return
-			case <-renewed:
-			case <-l.renewals():
+			case <-next:
+				next = l.renewalSent()
 			}
 		case !ok:
 			return // the key is no longer this term's: the watch tells the loop

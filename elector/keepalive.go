@@ -152,6 +152,7 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, min(c.requestTimeout, l.remaining(sent)))
+		l.renewing()
 		granted, err := c.cfg.Backend.Renew(rctx, l.id)
 		cancel()
 		switch {

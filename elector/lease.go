@@ -34,30 +34,33 @@ type lease struct {
 	// lost is closed when the candidate gives the lease up.
 	lost chan struct{}
 
-	renewMu sync.Mutex
-	renewed chan struct{} // closed (and replaced) at every successful renewal
+	sendMu sync.Mutex
+	sent   chan struct{} // closed (and replaced) whenever a renewal is sent
 }
 
 func newLease(id LeaseID, granted time.Duration) *lease {
-	return &lease{id: id, granted: granted, lost: make(chan struct{}), renewed: make(chan struct{})}
+	return &lease{id: id, granted: granted, lost: make(chan struct{}), sent: make(chan struct{})}
 }
 
 // extend moves the deadline to sent + granted - margin, where sent is the local time at
-// which the request that granted or renewed the lease was sent, and wakes whoever waits
-// for a renewal.
+// which the request that granted or renewed the lease was sent.
 func (l *lease) extend(sent time.Time, granted, margin time.Duration) {
 	l.set(sent.Add(granted - margin))
-	l.renewMu.Lock()
-	close(l.renewed)
-	l.renewed = make(chan struct{})
-	l.renewMu.Unlock()
 }
 
-// renewals returns a channel that is closed at the lease's next successful renewal.
-func (l *lease) renewals() <-chan struct{} {
-	l.renewMu.Lock()
-	defer l.renewMu.Unlock()
-	return l.renewed
+// renewing tells whoever waits on renewalSent that a renewal is being sent now.
+func (l *lease) renewing() {
+	l.sendMu.Lock()
+	close(l.sent)
+	l.sent = make(chan struct{})
+	l.sendMu.Unlock()
+}
+
+// renewalSent returns a channel that is closed when the next renewal is sent.
+func (l *lease) renewalSent() <-chan struct{} {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
+	return l.sent
 }
 
 // giveUp makes the lease invalid at once and tells every election that uses it.
@@ -107,12 +110,13 @@ func safetyMargin(ttl time.Duration) time.Duration {
 }
 
 // beatWindow is how long after sending a heartbeat (a write of its election key that every
-// follower sees, see Election.keepBeating) a leader may still admit. A successor that takes
-// the key without the old holder's acknowledgement waits until the receipt of the old
-// holder's last heartbeat + beatWindow + safetyMargin: an operator's lease revoke makes the
-// key vanish while the holder's lease deadline is still ahead, and the heartbeat is the one
-// thing both sides see. Heartbeats follow renewals, so this bound ends before the lease
-// would have expired after a crash, and failover is not slowed.
+// follower sees, see Election.keepBeating) a leader may still admit: as long as after
+// sending a renewal. A successor that takes the key without the old holder's
+// acknowledgement waits until the receipt of the old holder's last heartbeat + beatWindow +
+// safetyMargin, the TTL: an operator's lease revoke makes the key vanish while the holder's
+// lease deadline is still ahead, and the heartbeat is the one thing both sides see.
+// Heartbeats are sent together with renewals, so after a crash this bound ends within a
+// round trip of the lease's expiry, and failover is not slowed.
 func beatWindow(ttl time.Duration) time.Duration {
-	return ttl - 2*safetyMargin(ttl)
+	return ttl - safetyMargin(ttl)
 }
