@@ -2,6 +2,7 @@ package elector
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -162,3 +163,24 @@ func TestNewCandidateRejectsBadConfig(t *testing.T) {
 
 // nilBackend satisfies Backend for config checks that never reach the store.
 type nilBackend struct{ Backend }
+
+// TestStoreRewoundGivesUpTheLease: whichever request notices that the store went back in
+// time (here a watch), the lease is given up at once, not at the next renewal.
+func TestStoreRewoundGivesUpTheLease(t *testing.T) {
+	c, err := NewCandidate(Config{ID: "a", TTL: time.Minute, Backend: nilBackend{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLease(1, time.Minute)
+	l.extend(time.Now(), time.Minute, time.Second)
+	c.setLease(l)
+	c.storeFailed("watch", fmt.Errorf("watch: %w", ErrStoreRewound))
+	if l.valid(time.Now()) {
+		t.Fatal("the lease still admits after the store went back in time")
+	}
+	select {
+	case <-l.lost:
+	default:
+		t.Fatal("the elections were not told the lease is lost")
+	}
+}

@@ -1,5 +1,11 @@
 package elector
 
+import (
+	"errors"
+
+	"go.uber.org/zap"
+)
+
 // Observer is told what happens in a candidate's elections, for metrics and events. Its
 // methods are called synchronously, some with an election's lock held: they must return
 // quickly and must not call back into the election.
@@ -26,8 +32,20 @@ func (c *Candidate) observe() Observer {
 	return nil
 }
 
-// storeFailed logs a failed store request (once per outage) and tells the observer.
+// storeFailed logs a failed store request (once per outage) and tells the observer. A store
+// that went back in time costs the lease at once, whichever request noticed it: everything
+// it confirmed before, the lease deadline included, belongs to a history it no longer has.
 func (c *Candidate) storeFailed(op string, err error) {
+	if errors.Is(err, ErrStoreRewound) {
+		c.mu.Lock()
+		l := c.current
+		c.mu.Unlock()
+		if l != nil {
+			c.log().Error("the store went back in time: giving up the lease, which stops admission, and campaigning anew",
+				zap.String("self", c.cfg.ID), zap.String("op", op), zap.Error(err))
+			l.giveUp()
+		}
+	}
 	c.trouble.failed(c.log(), op, err)
 	if o := c.observe(); o != nil {
 		o.StoreFailed(op, err)
