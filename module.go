@@ -202,7 +202,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	observer, err := newCandidateObserver(ctx)
+	observer, err := newCandidateObserver(ctx, a.InstanceID)
 	if err != nil {
 		return fmt.Errorf("loading the events app: %v", err)
 	}
