@@ -53,7 +53,7 @@ const (
 // instance's lease; its create revision is the term's fencing token.
 //
 // The candidacy survives config reloads: a reload that keeps the same endpoints, prefix,
-// ttl, instance_id, advertise, dial_timeout, tls (and its files' contents), username and
+// ttl, instance_id, advertise, dial_timeout, tls (and its CA file's contents), username and
 // password neither resigns nor campaigns again (a new drain_timeout applies at once). On
 // shutdown the instance stops admitting gated requests, lets admitted ones finish (up to
 // drain_timeout) and revokes its lease so that another instance takes over at once.
@@ -91,9 +91,10 @@ type App struct {
 	// server name. With it, `host:port` endpoints use TLS too, and `http://` endpoints are
 	// an error rather than a silent plain-text connection. Without it, `https://` endpoints
 	// use TLS with the system's root CAs and no client certificate, and `http://` and
-	// `host:port` endpoints connect in plain text. The files are read when the config
-	// loads; a reload after they change starts a new candidacy that uses the new files.
-	// Default: none.
+	// `host:port` endpoints connect in plain text. The client certificate and key are
+	// read again for every new connection, so a rotated certificate is used without a
+	// reload and this instance keeps its leadership. The CA file is read when the config
+	// loads; a reload after it changes starts a new candidacy that uses it. Default: none.
 	TLS *EtcdTLS `json:"tls,omitempty"`
 
 	// Username is the etcd user to log in as, for an etcd cluster with authentication
