@@ -151,16 +151,24 @@ func TestStoreTroubleEvents(t *testing.T) {
 	}
 }
 
-// TestEventsDocShowsWebhook keeps the leader_webhook example of docs/events.md the one that
-// the golden file events_webhook.caddyfiletest adapts.
-func TestEventsDocShowsWebhook(t *testing.T) {
-	doc, err := os.ReadFile("docs/events.md")
-	if err != nil {
-		t.Fatal(err)
+// TestDocsShowGoldens keeps the Caddyfile examples of the docs the golden files that
+// TestCaddyfileAdapt adapts, verbatim.
+func TestDocsShowGoldens(t *testing.T) {
+	cases := []struct{ doc, golden string }{
+		{"docs/events.md", "events_webhook"},
+		{"docs/app.md", "global_step_down_when_unhealthy"},
 	}
-	path := filepath.Join(goldenAdaptDir, "events_webhook.caddyfiletest")
-	cf, _ := readGolden(t, path)
-	if !strings.Contains(string(doc), "```\n"+cf+"```\n") {
-		t.Errorf("docs/events.md does not show the Caddyfile of %s verbatim: copy it over", path)
+	for _, tc := range cases {
+		t.Run(tc.golden, func(t *testing.T) {
+			doc, err := os.ReadFile(tc.doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(goldenAdaptDir, tc.golden+".caddyfiletest")
+			cf, _ := readGolden(t, path)
+			if !strings.Contains(string(doc), "```\n"+cf+"```\n") {
+				t.Errorf("%s does not show the Caddyfile of %s verbatim: copy it over", tc.doc, path)
+			}
+		})
 	}
 }

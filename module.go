@@ -120,7 +120,15 @@ type App struct {
 	// non-empty and have no white space or slash. Default: none.
 	Elections []string `json:"elections,omitempty"`
 
+	// StepDown, if set, probes the local service and makes this instance resign and hold
+	// off from its elections while the service is unhealthy (keepalived's track_script).
+	// It belongs to the config, not the candidacy: a reload may add, change or drop it
+	// without starting a new candidacy. Default: none.
+	StepDown *StepDown `json:"step_down_when_unhealthy,omitempty"`
+
 	candidate *elector.Candidate
+	observer  *candidateObserver
+	ctx       caddy.Context
 	poolKey   string
 	elections map[string]*elector.Election
 	logger    *zap.Logger
@@ -208,6 +216,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading the events app: %v", err)
 	}
 	a.candidate.SetObserver(observer)
+	a.observer, a.ctx = observer, ctx
 	if err := observer.events.On("stopping", exitHandover{a}); err != nil {
 		return err
 	}
@@ -226,6 +235,9 @@ func (a *App) expandAndDefault() error {
 	a.Prefix = repl.ReplaceKnown(a.Prefix, "")
 	a.InstanceID = repl.ReplaceKnown(a.InstanceID, "")
 	a.Advertise = repl.ReplaceKnown(a.Advertise, "")
+	if a.StepDown != nil {
+		a.StepDown.provision()
+	}
 	if err := a.expandSecurity(repl); err != nil {
 		return err
 	}
@@ -285,6 +297,9 @@ func (a *App) check() error {
 		if err := checkElectionName(name); err != nil {
 			return fmt.Errorf("elections: %v", err)
 		}
+	}
+	if a.StepDown != nil {
+		return a.StepDown.check()
 	}
 	return nil
 }
@@ -385,6 +400,9 @@ func (a *App) Start() error {
 	a.candidate.Start()
 	for _, e := range a.elections {
 		e.Start()
+	}
+	if a.StepDown != nil {
+		go a.watchHealth(a.ctx)
 	}
 	return nil
 }
