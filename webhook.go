@@ -28,9 +28,9 @@ const DefaultWebhookTimeout = 5 * time.Second
 //	{"name": "leader_store_unreachable", "id": "<event uuid>", "origin": "leader",
 //	 "timestamp": "<RFC 3339>", "data": {...the event's data...}}
 //
-// A delivery that fails (no answer within timeout, or a status other than 2xx) is logged
-// and not retried: the events app runs handlers in the order of the events, and a retry
-// would hold up the ones after it.
+// A delivery that fails (no answer within timeout, or a status other than 2xx, redirects
+// included) is logged and not retried: the events app runs handlers in the order of the
+// events, and a retry would hold up the ones after it.
 type Webhook struct {
 	// URL receives the POST. Placeholders, such as `{env.ALERT_WEBHOOK}`, are expanded
 	// when the config loads. Required.
@@ -56,7 +56,11 @@ func (h *Webhook) Provision(caddy.Context) error {
 	if h.Timeout == 0 {
 		h.Timeout = caddy.Duration(DefaultWebhookTimeout)
 	}
-	h.client = &http.Client{Timeout: time.Duration(h.Timeout)}
+	// A redirect would turn the POST into a GET without the event: it is a failed delivery.
+	h.client = &http.Client{
+		Timeout:       time.Duration(h.Timeout),
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return nil
 }
 
