@@ -65,8 +65,8 @@ func TestStepDownWhenUnhealthy(t *testing.T) {
 		instance_id tracked-node
 		elections tracked
 		step_down_when_unhealthy %s/healthz {
-			interval 200ms
-			timeout 200ms
+			interval 300ms
+			timeout 300ms
 			fails 3
 			hold_off 1m
 		}
