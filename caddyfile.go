@@ -40,6 +40,12 @@ func init() {
 //		}
 //		username      <user>
 //		password      <password>
+//		step_down_when_unhealthy <url> {
+//			interval <duration>
+//			timeout  <duration>
+//			fails    <n>
+//			hold_off <duration>
+//		}
 //	}
 //
 // endpoints and elections may be repeated and accumulate; endpoints is required. A bare
@@ -156,6 +162,15 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := a.TLS.files().Check(); err != nil {
 				return d.Err(err.Error())
 			}
+		case "step_down_when_unhealthy":
+			if a.StepDown != nil {
+				return d.Err("step_down_when_unhealthy: given twice")
+			}
+			s, err := unmarshalStepDown(d)
+			if err != nil {
+				return err
+			}
+			a.StepDown = s
 		case "username":
 			if err := oneArg(d, &a.Username); err != nil {
 				return err

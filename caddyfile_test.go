@@ -293,6 +293,10 @@ func TestAppProvisionErrors(t *testing.T) {
 		{name: "endpoint_from_placeholder_bad_port", app: App{Endpoints: []string{"{env.CADDY_LEADER_TEST_BAD_ENDPOINT}"}}, wantErr: `endpoints: endpoint "127.0.0.1:65536": port "65536"`},
 		{name: "advertise_port_out_of_range", app: App{Endpoints: []string{"127.0.0.1:2379"}, Advertise: "http://10.0.0.5:80800"}, wantErr: `advertise: "http://10.0.0.5:80800": port "80800"`},
 		{name: "election_name_with_space", app: App{Endpoints: []string{"127.0.0.1:2379"}, Elections: []string{"a b"}}, wantErr: `elections: election name "a b"`},
+		{name: "step_down_url_missing", app: App{Endpoints: []string{"127.0.0.1:2379"}, StepDown: &StepDown{}}, wantErr: `step_down_when_unhealthy: url: "" is not an http:// or https:// URL`},
+		{name: "step_down_timeout_above_interval", app: App{Endpoints: []string{"127.0.0.1:2379"}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Interval: caddy.Duration(time.Second), Timeout: caddy.Duration(2 * time.Second)}}, wantErr: "step_down_when_unhealthy: timeout: 2s must be positive and at most interval (1s)"},
+		{name: "step_down_hold_off_below_interval", app: App{Endpoints: []string{"127.0.0.1:2379"}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Interval: caddy.Duration(time.Minute), HoldOff: caddy.Duration(time.Second)}}, wantErr: "step_down_when_unhealthy: hold_off: 1s is shorter than interval (1m0s)"},
+		{name: "step_down_fails_negative", app: App{Endpoints: []string{"127.0.0.1:2379"}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Fails: -1}}, wantErr: "step_down_when_unhealthy: fails: -1 is negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,9 @@
 package caddyleader
 
 import (
+	"sync"
+	"time"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"go.uber.org/zap"
@@ -8,8 +11,8 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 )
 
-// Events the leader app emits through Caddy's events app. Each carries the data election,
-// self, leader, previous_leader, token and reason.
+// Events the leader app emits through Caddy's events app. The election events carry the
+// data election, self, leader, previous_leader, token and reason.
 const (
 	// EventElected: this instance became the leader of an election.
 	EventElected = "leader_elected"
@@ -17,6 +20,14 @@ const (
 	EventLost = "leader_lost"
 	// EventChanged: the known leader of an election changed (on every instance).
 	EventChanged = "leader_changed"
+
+	// EventStoreUnreachable: a request that keeps this instance's lease (grant or renewal)
+	// failed after the store last confirmed it, as keepalived's FAULT notify. Once per
+	// outage, not per failed request. Data: self, op, error.
+	EventStoreUnreachable = "leader_store_unreachable"
+	// EventStoreReachable: the store confirmed the lease again after
+	// EventStoreUnreachable. Data: self, failed_requests, unreachable_seconds.
+	EventStoreReachable = "leader_store_reachable"
 )
 
 // candidateObserver turns what the elector reports into metrics and Caddy events. One is
@@ -26,7 +37,18 @@ const (
 type candidateObserver struct {
 	events *caddyevents.App
 	ctx    caddy.Context
+	self   string // this instance's instance_id
 	queue  chan pendingEvent
+
+	// outage is the store outage in progress (nil while the store answers): the first
+	// failed lease request opens it, the next confirmed one closes it.
+	outageMu sync.Mutex
+	outage   *storeOutage
+}
+
+type storeOutage struct {
+	since    time.Time
+	failures int
 }
 
 type pendingEvent struct {
@@ -38,12 +60,12 @@ type pendingEvent struct {
 // (and logged) rather than blocking the election.
 const eventQueueSize = 256
 
-func newCandidateObserver(ctx caddy.Context) (*candidateObserver, error) {
+func newCandidateObserver(ctx caddy.Context, self string) (*candidateObserver, error) {
 	events, err := ctx.App("events")
 	if err != nil {
 		return nil, err
 	}
-	o := &candidateObserver{events: events.(*caddyevents.App), ctx: ctx, queue: make(chan pendingEvent, eventQueueSize)}
+	o := &candidateObserver{events: events.(*caddyevents.App), ctx: ctx, self: self, queue: make(chan pendingEvent, eventQueueSize)}
 	go o.emitLoop()
 	return o, nil
 }
@@ -88,9 +110,38 @@ func (o *candidateObserver) enqueue(name string, data map[string]any) {
 	}
 }
 
-// StoreFailed implements elector.Observer.
+// StoreFailed implements elector.Observer. Only the lease's requests (grant, renew) count
+// towards an outage: they are what "contact with the store" means here (as in
+// caddy_leader_last_store_contact_timestamp_seconds), and a campaign refused while renewals
+// go through must not make the events flap.
 func (o *candidateObserver) StoreFailed(op string, err error) {
 	metrics.storeErrors.WithLabelValues(op).Inc()
+	if op != "grant" && op != "renew" {
+		return
+	}
+	o.outageMu.Lock()
+	defer o.outageMu.Unlock()
+	if o.outage != nil {
+		o.outage.failures++
+		return
+	}
+	o.outage = &storeOutage{since: time.Now(), failures: 1}
+	o.enqueue(EventStoreUnreachable, map[string]any{"self": o.self, "op": op, "error": err.Error()})
 }
 
-var _ elector.Observer = (*candidateObserver)(nil)
+// StoreContacted implements elector.ContactObserver.
+func (o *candidateObserver) StoreContacted() {
+	o.outageMu.Lock()
+	defer o.outageMu.Unlock()
+	if o.outage == nil {
+		return
+	}
+	out := o.outage
+	o.outage = nil
+	o.enqueue(EventStoreReachable, map[string]any{
+		"self": o.self, "failed_requests": out.failures,
+		"unreachable_seconds": time.Since(out.since).Seconds(),
+	})
+}
+
+var _ elector.ContactObserver = (*candidateObserver)(nil)

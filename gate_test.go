@@ -39,8 +39,14 @@ func startInstance(t testing.TB, endpoints []string, id, election string, ttl ti
 // startInstanceAt starts a candidate that advertises url.
 func startInstanceAt(t testing.TB, endpoints []string, id, url, election string, ttl time.Duration, skewable bool) *testInstance {
 	t.Helper()
+	return startInstanceUnder(t, endpoints, "/gate-test/", id, url, election, ttl, skewable)
+}
+
+// startInstanceUnder starts a candidate that advertises url, with its elections under prefix.
+func startInstanceUnder(t testing.TB, endpoints []string, prefix, id, url, election string, ttl time.Duration, skewable bool) *testInstance {
+	t.Helper()
 	inst := &testInstance{id: id}
-	backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: endpoints, Prefix: "/gate-test/", DialTimeout: 2 * time.Second})
+	backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: endpoints, Prefix: prefix, DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ const (
 // instance's lease; its create revision is the term's fencing token.
 //
 // The candidacy survives config reloads: a reload that keeps the same endpoints, prefix,
-// ttl, instance_id, advertise, dial_timeout, tls (and its files' contents), username and
+// ttl, instance_id, advertise, dial_timeout, tls (and its CA file's contents), username and
 // password neither resigns nor campaigns again (a new drain_timeout applies at once). On
 // shutdown the instance stops admitting gated requests, lets admitted ones finish (up to
 // drain_timeout) and revokes its lease so that another instance takes over at once.
@@ -91,9 +91,10 @@ type App struct {
 	// server name. With it, `host:port` endpoints use TLS too, and `http://` endpoints are
 	// an error rather than a silent plain-text connection. Without it, `https://` endpoints
 	// use TLS with the system's root CAs and no client certificate, and `http://` and
-	// `host:port` endpoints connect in plain text. The files are read when the config
-	// loads; a reload after they change starts a new candidacy that uses the new files.
-	// Default: none.
+	// `host:port` endpoints connect in plain text. The client certificate and key are
+	// read again for every new connection, so a rotated certificate is used without a
+	// reload and this instance keeps its leadership. The CA file is read when the config
+	// loads; a reload after it changes starts a new candidacy that uses it. Default: none.
 	TLS *EtcdTLS `json:"tls,omitempty"`
 
 	// Username is the etcd user to log in as, for an etcd cluster with authentication
@@ -119,7 +120,15 @@ type App struct {
 	// non-empty and have no white space or slash. Default: none.
 	Elections []string `json:"elections,omitempty"`
 
+	// StepDown, if set, probes the local service and makes this instance resign and hold
+	// off from its elections while the service is unhealthy (keepalived's track_script).
+	// It belongs to the config, not the candidacy: a reload may add, change or drop it
+	// without starting a new candidacy. Default: none.
+	StepDown *StepDown `json:"step_down_when_unhealthy,omitempty"`
+
 	candidate *elector.Candidate
+	observer  *candidateObserver
+	ctx       caddy.Context
 	poolKey   string
 	elections map[string]*elector.Election
 	logger    *zap.Logger
@@ -202,11 +211,12 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	observer, err := newCandidateObserver(ctx)
+	observer, err := newCandidateObserver(ctx, a.InstanceID)
 	if err != nil {
 		return fmt.Errorf("loading the events app: %v", err)
 	}
 	a.candidate.SetObserver(observer)
+	a.observer, a.ctx = observer, ctx
 	if err := observer.events.On("stopping", exitHandover{a}); err != nil {
 		return err
 	}
@@ -225,6 +235,9 @@ func (a *App) expandAndDefault() error {
 	a.Prefix = repl.ReplaceKnown(a.Prefix, "")
 	a.InstanceID = repl.ReplaceKnown(a.InstanceID, "")
 	a.Advertise = repl.ReplaceKnown(a.Advertise, "")
+	if a.StepDown != nil {
+		a.StepDown.provision()
+	}
 	if err := a.expandSecurity(repl); err != nil {
 		return err
 	}
@@ -284,6 +297,9 @@ func (a *App) check() error {
 		if err := checkElectionName(name); err != nil {
 			return fmt.Errorf("elections: %v", err)
 		}
+	}
+	if a.StepDown != nil {
+		return a.StepDown.check()
 	}
 	return nil
 }
@@ -384,6 +400,9 @@ func (a *App) Start() error {
 	a.candidate.Start()
 	for _, e := range a.elections {
 		e.Start()
+	}
+	if a.StepDown != nil {
+		go a.watchHealth(a.ctx)
 	}
 	return nil
 }

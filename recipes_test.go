@@ -1,15 +1,22 @@
 package caddyleader
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/faultproxy"
 )
 
 // recipesDoc shows every recipe; its Caddyfiles are the golden files recipe_*.caddyfiletest.
@@ -134,4 +141,84 @@ func TestRecipesLoad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHealthStatusRecipe runs recipe_health_status against a real etcd and checks the
+// statuses a load balancer sees, with GET and HEAD, as this instance leads, stands by
+// (another candidate leads) and loses etcd. The test listens on a free port instead of
+// 8081 and shortens the ttl so that losing etcd shows within a second or two.
+func TestHealthStatusRecipe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and Caddy")
+	}
+	cluster := etcdtest.Start(t, 1)
+	link, err := faultproxy.New(strings.TrimPrefix(cluster.Endpoint(0), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = link.Close() })
+	t.Setenv("ETCD_ENDPOINTS", link.URL())
+	t.Setenv("HOSTNAME", "health-node")
+
+	cf, _ := readGolden(t, filepath.Join(goldenAdaptDir, "recipe_health_status.caddyfiletest"))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cf = mustReplace(t, cf, "http://:8081 {", "http://"+addr+" {")
+	cf = mustReplace(t, cf, "instance_id {$HOSTNAME}\n", "instance_id {$HOSTNAME}\n\t\tttl 2s\n")
+	cf = mustReplace(t, cf, "{\n\tleader {", "{\n\tadmin off\n\tpersist_config off\n\tleader {")
+	loadCaddyfile(t, cf)
+
+	status := func(method, path string) int {
+		req, err := http.NewRequest(method, "http://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// want checks both paths with both methods once the instance reaches the state that
+	// /health reports with wantHealth (waiting for a state is not a timing assertion).
+	want := func(t *testing.T, wantHealth, wantReplica int) {
+		t.Helper()
+		waitUntil(t, fmt.Sprintf("/health answers %d", wantHealth), func() bool { return status(http.MethodGet, "/health") == wantHealth })
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			if got := status(method, "/health"); got != wantHealth {
+				t.Errorf("%s /health = %d, want %d", method, got, wantHealth)
+			}
+			if got := status(method, "/replica"); got != wantReplica {
+				t.Errorf("%s /replica = %d, want %d", method, got, wantReplica)
+			}
+		}
+	}
+
+	t.Run("leader_200_replica_503", func(t *testing.T) { want(t, http.StatusOK, http.StatusServiceUnavailable) })
+
+	outer := t // the other candidate stays in the election until the test ends
+	t.Run("healthy_follower_429_replica_200", func(t *testing.T) {
+		other := startInstanceUnder(outer, cluster.Endpoints(), DefaultPrefix, "other-node", "http://127.0.0.1:1", DefaultElection, 2*time.Second, false)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := runningApp(t).elections[DefaultElection].Resign(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the other candidate leads", func() bool { _, ok := other.election.Check(); return ok })
+		want(t, http.StatusTooManyRequests, http.StatusOK)
+	})
+
+	t.Run("etcd_unreachable_503_replica_503", func(t *testing.T) {
+		link.Blackhole()
+		want(t, http.StatusServiceUnavailable, http.StatusServiceUnavailable)
+	})
+}
+
+// mustReplace replaces old in s, which must contain it.
+func mustReplace(t *testing.T, s, old, new string) string {
+	t.Helper()
+	if !strings.Contains(s, old) {
+		t.Fatalf("%q not found in:\n%s", old, s)
+	}
+	return strings.Replace(s, old, new, 1)
 }

@@ -24,7 +24,11 @@ type EtcdTLS struct {
 	CA string `json:"ca,omitempty"`
 
 	// Cert is the PEM file with the client certificate to present to etcd members that
-	// run with `--client-cert-auth`. It requires key. Default: no client certificate.
+	// run with `--client-cert-auth`. It requires key. It is read again, with key, for
+	// every new connection to etcd, so a certificate renewed in place (by cert-manager or
+	// Vault's PKI, say) is used without a reload and without a new candidacy. Replace
+	// both files at once (write new files and rename them over the old ones). Default: no
+	// client certificate.
 	Cert string `json:"cert,omitempty"`
 
 	// Key is the PEM file with the private key of cert, which requires it. Default: none.
@@ -87,12 +91,14 @@ func (a *App) checkCredentials() error {
 	return etcdbackend.CheckSecurity(a.Endpoints, a.TLS != nil, a.Username, a.Password)
 }
 
-// loadSecurity reads the TLS files and returns the etcd client's TLS configuration (nil
-// without tls) and a digest of the secrets: the password and the files' contents. The
-// digest goes into the candidacy's pool key, so that a reload with a new password or new
-// certificates starts a new candidacy, yet the key, which lives as long as the process,
-// holds no secret: it is keyed with a random per-process value, so it cannot even be used
-// to test guesses of the password.
+// loadSecurity checks the TLS files and returns the etcd client's TLS configuration (nil
+// without tls) and a digest of the secrets: the password and the CA file's contents. The
+// digest goes into the candidacy's pool key, so that a reload with a new password or CA
+// starts a new candidacy, yet the key, which lives as long as the process, holds no secret:
+// it is keyed with a random per-process value, so it cannot even be used to test guesses of
+// the password. The client certificate and key are left out: the client reads them again on
+// every handshake, so a certificate rotated in place needs no new candidacy, and a reload
+// after a rotation must not hand leadership over.
 func (a *App) loadSecurity() (*tls.Config, string, error) {
 	mac := hmac.New(sha256.New, poolKeySecret)
 	writeField := func(b []byte) {

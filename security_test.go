@@ -193,6 +193,25 @@ func TestAppPoolKeySecurity(t *testing.T) {
 			}
 		})
 	}
+	// A certificate renewed in place is no new identity: the client reads it again for each
+	// connection, and a reload must not hand leadership over.
+	t.Run("cert_file_contents_keep_the_candidacy", func(t *testing.T) {
+		cert, key := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+		copyFile(t, certs.ClientCertFile, cert)
+		copyFile(t, certs.ClientKeyFile, key)
+		withCopies := func() App {
+			a := base()
+			a.TLS.Cert, a.TLS.Key = cert, key
+			return a
+		}
+		before := load(t, withCopies())
+		renewed, renewedKey := certs.ClientCert(t, "pool-key-node")
+		copyFile(t, renewed, cert)
+		copyFile(t, renewedKey, key)
+		if after := load(t, withCopies()); after.poolKey != before.poolKey || after.candidate != before.candidate {
+			t.Error("a reload after the client certificate was renewed in place started a new candidacy")
+		}
+	})
 }
 
 func copyFile(t *testing.T, from, to string) {

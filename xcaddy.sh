@@ -10,7 +10,7 @@ readonly plugin_module=github.com/caddyleader/caddy-leader
 caddy_version=${CADDY_VERSION:-v2.11.9}
 
 # The modules this plugin registers; a binary that lacks one of them was built without it.
-readonly plugin_modules=(leader http.handlers.leader_gate http.matchers.leader)
+readonly plugin_modules=(leader http.handlers.leader_gate http.matchers.leader events.handlers.leader_webhook)
 
 usage() {
 	cat <<EOF

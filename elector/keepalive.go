@@ -104,8 +104,7 @@ func (c *Candidate) keepLease(ctx context.Context) {
 			}
 			continue
 		}
-		c.trouble.succeeded(c.log())
-		c.lastContact.Store(time.Now().UnixNano())
+		c.storeContacted()
 		retry.reset()
 		l := newLease(id, granted)
 		l.extend(sent, granted, safetyMargin(granted))
@@ -164,8 +163,7 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 			c.storeFailed("renew", err)
 			next = c.now().Add(retryAfter)
 		default:
-			c.trouble.succeeded(c.log())
-			c.lastContact.Store(time.Now().UnixNano())
+			c.storeContacted()
 			l.extend(sent, granted, safetyMargin(granted))
 			next = sent.Add(interval)
 		}

@@ -2,6 +2,7 @@ package elector
 
 import (
 	"errors"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -49,5 +50,23 @@ func (c *Candidate) storeFailed(op string, err error) {
 	c.trouble.failed(c.log(), op, err)
 	if o := c.observe(); o != nil {
 		o.StoreFailed(op, err)
+	}
+}
+
+// ContactObserver is an Observer that also wants to know each time the store confirms the
+// candidate's lease (a grant or a renewal), so that it can tell the store came back after
+// StoreFailed. StoreContacted is called synchronously on every confirmation (every TTL/3
+// while all is well): it must return quickly.
+type ContactObserver interface {
+	Observer
+	StoreContacted()
+}
+
+// storeContacted records a confirmed lease: it ends a logged outage and tells the observer.
+func (c *Candidate) storeContacted() {
+	c.trouble.succeeded(c.log())
+	c.lastContact.Store(time.Now().UnixNano())
+	if o, ok := c.observe().(ContactObserver); ok {
+		o.StoreContacted()
 	}
 }

@@ -1,7 +1,6 @@
 package etcdbackend
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +12,7 @@ import (
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -33,46 +33,61 @@ type TLSFiles struct {
 	ServerName string
 }
 
-// LoadTLS reads the files and returns the client TLS configuration, and the bytes it read
-// (so that a caller can notice when they change). Its errors name the field that is wrong,
-// as the leader app's JSON spells it: tls.ca, tls.cert, tls.key.
+// LoadTLS checks the files and returns the client TLS configuration, and the bytes of the
+// CA file (so that a caller can notice when they change). Its errors name the field that
+// is wrong, as the leader app's JSON spells it: tls.ca, tls.cert, tls.key.
+//
+// The configuration comes from etcd's own transport.TLSInfo, whose client configuration
+// reads the client certificate and key again on every handshake: a certificate rotated in
+// place (cert-manager, Vault PKI) is presented on the next connection, without a reload.
+// Their contents are therefore not returned: they say nothing about which candidacy this
+// is. The CA is read once, here.
 func LoadTLS(f TLSFiles) (*tls.Config, []byte, error) {
 	if err := f.Check(); err != nil {
 		return nil, nil, err
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.ServerName}
-	var read bytes.Buffer
+	var ca []byte
 	if f.CA != "" {
 		pem, err := os.ReadFile(f.CA)
 		if err != nil {
 			return nil, nil, fmt.Errorf("tls.ca: cannot read the CA file: %v", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
 			return nil, nil, fmt.Errorf("tls.ca: %s holds no PEM-encoded certificate", f.CA)
 		}
-		cfg.RootCAs = pool
-		read.Write(pem)
+		ca = pem
 	}
 	if f.Cert != "" {
-		certPEM, err := os.ReadFile(f.Cert)
-		if err != nil {
-			return nil, nil, fmt.Errorf("tls.cert: cannot read the client certificate: %v", err)
+		if err := checkKeyPair(f); err != nil {
+			return nil, nil, err
 		}
-		keyPEM, err := os.ReadFile(f.Key)
-		if err != nil {
-			return nil, nil, fmt.Errorf("tls.key: cannot read the private key: %v", err)
-		}
-		// X509KeyPair's errors never quote the key itself.
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			return nil, nil, fmt.Errorf("tls.cert: %s with key %s: %v", f.Cert, f.Key, err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-		read.Write(certPEM)
-		read.Write(keyPEM)
 	}
-	return cfg, read.Bytes(), nil
+	info := transport.TLSInfo{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, ServerName: f.ServerName}
+	cfg, err := info.ClientConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("tls: %v", err)
+	}
+	cfg.MinVersion = tls.VersionTLS12
+	cfg.ServerName = f.ServerName
+	return cfg, ca, nil
+}
+
+// checkKeyPair reads the client certificate and key once, so that a wrong file is reported
+// by field when the config loads rather than at the first handshake.
+func checkKeyPair(f TLSFiles) error {
+	certPEM, err := os.ReadFile(f.Cert)
+	if err != nil {
+		return fmt.Errorf("tls.cert: cannot read the client certificate: %v", err)
+	}
+	keyPEM, err := os.ReadFile(f.Key)
+	if err != nil {
+		return fmt.Errorf("tls.key: cannot read the private key: %v", err)
+	}
+	// X509KeyPair's errors never quote the key itself.
+	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return fmt.Errorf("tls.cert: %s with key %s: %v", f.Cert, f.Key, err)
+	}
+	return nil
 }
 
 // Check reports a client certificate without its key, or a key without its certificate,

@@ -1,7 +1,10 @@
 package etcdbackend
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"os"
 	"path/filepath"
@@ -579,11 +582,45 @@ func TestBackendSecurityChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.RootCAs == nil || len(cfg.Certificates) != 1 || cfg.ServerName != "etcd.internal" || cfg.MinVersion < 0x0303 {
+		if cfg.RootCAs == nil || cfg.GetClientCertificate == nil || cfg.ServerName != "etcd.internal" || cfg.MinVersion < 0x0303 {
 			t.Errorf("config does not carry the files: %+v", cfg)
 		}
-		if len(read) == 0 {
-			t.Error("no bytes reported read")
+		ca, err := os.ReadFile(certs.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(read, ca) {
+			t.Error("the bytes reported read are not the CA file's (and only the CA file's)")
+		}
+	})
+	t.Run("load/client_certificate_is_read_on_each_handshake", func(t *testing.T) {
+		cert, key := filepath.Join(dir, "rotating.pem"), filepath.Join(dir, "rotating-key.pem")
+		copyFile(t, certs.ClientCertFile, cert)
+		copyFile(t, certs.ClientKeyFile, key)
+		cfg, _, err := LoadTLS(TLSFiles{CA: certs.CAFile, Cert: cert, Key: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		presented := func() string {
+			t.Helper()
+			c, err := cfg.GetClientCertificate(&tls.CertificateRequestInfo{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaf, err := x509.ParseCertificate(c.Certificate[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return leaf.Subject.CommonName
+		}
+		if cn := presented(); cn != "etcdtest-client" {
+			t.Fatalf("presents %q before the rotation", cn)
+		}
+		newCert, newKey := certs.ClientCert(t, "rotated")
+		copyFile(t, newCert, cert)
+		copyFile(t, newKey, key)
+		if cn := presented(); cn != "rotated" {
+			t.Errorf("presents %q after the files were replaced, want the new certificate's %q", cn, "rotated")
 		}
 	})
 
@@ -675,4 +712,15 @@ func TestBackendRetriesConnect(t *testing.T) {
 			t.Errorf("Close waited %s for the connect in progress; want it ended at once", waited)
 		}
 	})
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

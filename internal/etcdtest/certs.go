@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -29,11 +30,17 @@ type Certs struct {
 	// ClientCertFile and ClientKeyFile are a client certificate with the
 	// common name "etcdtest-client", which names no etcd user.
 	ClientCertFile, ClientKeyFile string
+	// CRLFile is the CA's certificate revocation list, empty until Revoke.
+	// The members read it on every client handshake.
+	CRLFile string
 
-	dir    string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	serial int64
+	dir     string
+	ca      *x509.Certificate
+	caKey   *ecdsa.PrivateKey
+	serial  int64
+	mu      sync.Mutex // guards revoked and crlSeq
+	revoked []x509.RevocationListEntry
+	crlSeq  int64
 }
 
 // NewCerts makes a new CA and its server and client certificates, valid
@@ -47,7 +54,7 @@ func NewCerts(t testing.TB) *Certs {
 		Subject:               pkix.Name{CommonName: "etcdtest CA"},
 		NotBefore:             time.Now().Add(-time.Minute),
 		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
@@ -63,7 +70,59 @@ func NewCerts(t testing.TB) *Certs {
 	c.CAFile = c.write(t, "ca.pem", "CERTIFICATE", der)
 	c.ServerCertFile, c.ServerKeyFile = c.issue(t, "server", "etcdtest-server", x509.ExtKeyUsageServerAuth)
 	c.ClientCertFile, c.ClientKeyFile = c.ClientCert(t, "etcdtest-client")
+	c.CRLFile = filepath.Join(c.dir, "crl.der")
+	c.writeCRL(t)
 	return c
+}
+
+// Revoke adds the certificate in certFile to the revocation list: from then
+// on the members refuse it in every new handshake, while connections made
+// with it before stay up.
+func (c *Certs) Revoke(t testing.TB, certFile string) {
+	t.Helper()
+	data, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatalf("etcdtest: revoke: %v", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("etcdtest: revoke: %s holds no PEM block", certFile)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatalf("etcdtest: revoke: %v", err)
+	}
+	c.mu.Lock()
+	c.revoked = append(c.revoked, x509.RevocationListEntry{SerialNumber: cert.SerialNumber, RevocationTime: time.Now()})
+	c.mu.Unlock()
+	c.writeCRL(t)
+}
+
+// writeCRL writes the revocation list, replacing the file at once so that a
+// member never reads half of it.
+func (c *Certs) writeCRL(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	c.crlSeq++
+	tmpl := &x509.RevocationList{
+		Number:                    big.NewInt(c.crlSeq),
+		ThisUpdate:                time.Now().Add(-time.Minute),
+		NextUpdate:                time.Now().Add(time.Hour),
+		RevokedCertificateEntries: append([]x509.RevocationListEntry(nil), c.revoked...),
+	}
+	c.mu.Unlock()
+	der, err := x509.CreateRevocationList(rand.Reader, tmpl, c.ca, c.caKey)
+	if err != nil {
+		t.Fatalf("etcdtest: create CRL: %v", err)
+	}
+	// DER, not PEM: etcd parses the file with x509.ParseRevocationList.
+	tmp := c.CRLFile + ".tmp"
+	if err := os.WriteFile(tmp, der, 0o600); err != nil {
+		t.Fatalf("etcdtest: write CRL: %v", err)
+	}
+	if err := os.Rename(tmp, c.CRLFile); err != nil {
+		t.Fatalf("etcdtest: write CRL: %v", err)
+	}
 }
 
 // ClientCert issues another client certificate with the given common name

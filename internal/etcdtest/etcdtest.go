@@ -61,7 +61,8 @@ type Options struct {
 	// plain HTTP to each other.
 	TLS *Certs
 	// ClientCertAuth makes the members accept only clients that present a
-	// certificate signed by TLS's CA. It needs TLS.
+	// certificate signed by TLS's CA and not revoked (Certs.Revoke). It needs
+	// TLS.
 	ClientCertAuth bool
 	// RootPassword, if not empty, turns authentication on once the cluster
 	// is ready: a user "root" with this password and the root role is

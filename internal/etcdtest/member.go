@@ -80,6 +80,9 @@ func (m *member) start(initialCluster, state string, frontLn net.Listener) (*ins
 			TrustedCAFile:  m.opts.TLS.CAFile,
 			ClientCertAuth: m.opts.ClientCertAuth,
 		}
+		if m.opts.ClientCertAuth {
+			cfg.ClientTLSInfo.CRLFile = m.opts.TLS.CRLFile
+		}
 	}
 	// Hash passwords with bcrypt's lowest cost: every login checks one, and clients log in
 	// again for each stream they open, which at the default cost keeps a race-enabled

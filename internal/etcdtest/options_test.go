@@ -39,6 +39,17 @@ func TestStartWith(t *testing.T) {
 		// Nor is a certificate from another CA.
 		wantRefusedRead(t, clientv3.Config{Endpoints: c.Endpoints(), TLS: NewCerts(t).ClientTLS(t)})
 
+		// A revoked certificate works until Revoke, then no new connection gets through.
+		certFile, keyFile := certs.ClientCert(t, "revoked")
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withRevoked := clientv3.Config{Endpoints: c.Endpoints(), TLS: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}}
+		put(t, clientWith(t, withRevoked), "revoked", "not yet")
+		certs.Revoke(t, certFile)
+		wantRefusedRead(t, withRevoked)
+
 		c.Stop(t, 0)
 		c.Restart(t, 0)
 		wantGet(t, c.Client(t), "k", "v")
