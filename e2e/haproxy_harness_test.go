@@ -294,8 +294,11 @@ type Outcome struct {
 	Sent    time.Time
 	Latency time.Duration
 	Status  int
-	Body    string
-	Err     error
+	// RetryAfter is the Retry-After header: the gate sets it on its 503, HAProxy does not
+	// on its own.
+	RetryAfter string
+	Body       string
+	Err        error
 }
 
 // Failed says whether the client saw anything but a 200.
@@ -349,7 +352,7 @@ func (l *Load) send(url string) {
 	if err == nil {
 		b, rerr := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		o.Status, o.Body, err = resp.StatusCode, string(b), rerr
+		o.Status, o.RetryAfter, o.Body, err = resp.StatusCode, resp.Header.Get("Retry-After"), string(b), rerr
 	}
 	o.Err, o.Latency = err, time.Since(o.Sent)
 	l.mu.Lock()

@@ -109,8 +109,8 @@ func TestHAProxy(t *testing.T) {
 		failed, slowest := summary(outcomes)
 		first, last := time.Time{}, time.Time{}
 		for _, o := range failed {
-			if o.Err != nil || o.Status != http.StatusServiceUnavailable {
-				t.Errorf("a write failed otherwise than with the gate's 503 (HAProxy should retry a refused connection elsewhere): %v", o)
+			if o.Err != nil || o.Status != http.StatusServiceUnavailable || o.RetryAfter == "" {
+				t.Errorf("a write failed otherwise than with the gate's 503 and Retry-After (HAProxy should retry a refused connection elsewhere): %v", o)
 			}
 			if o.Sent.After(recovered) {
 				t.Errorf("a write sent %v after the crash, past ttl+1s, failed: %v", o.Sent.Sub(killed), o)
