@@ -211,6 +211,29 @@ func (hp *HAProxy) WaitStates(t *testing.T, backend string, up func(*Instance) b
 	}
 }
 
+// WaitDown waits until no backend has in UP, and returns when it saw that.
+func (hp *HAProxy) WaitDown(t *testing.T, in *Instance) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(electTimeout)
+	for {
+		states, err := hp.States()
+		up := err != nil
+		for key, state := range states {
+			_, name, _ := strings.Cut(key, "/")
+			if hp.servers[name] == in && state == "UP" {
+				up = true
+			}
+		}
+		if !up {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("haproxy: %s still up %v later: %v (%v)", in, electTimeout, states, err)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
 // hasBackend says whether hp's config has the named backend.
 func (hp *HAProxy) hasBackend(name string) bool {
 	states, _ := hp.States()

@@ -101,16 +101,24 @@ func TestHAProxy(t *testing.T) {
 		time.Sleep(loadWarmup)
 		killed := time.Now()
 		leader.Kill()
+		down := forward.WaitDown(t, leader)
 		// A successor within ttl (plus etcd's expiry sweep), then a full second of
 		// requests that must all succeed.
 		recovered := killed.Add(recipeTTL + time.Second)
 		time.Sleep(time.Until(recovered) + time.Second)
 		outcomes := load.Stop()
 		failed, slowest := summary(outcomes)
-		first, last := time.Time{}, time.Time{}
+		var first, last time.Time
+		var lost int
 		for _, o := range failed {
-			if o.Err != nil || o.Status != http.StatusServiceUnavailable || o.RetryAfter == "" {
-				t.Errorf("a write failed otherwise than with the gate's 503 and Retry-After (HAProxy should retry a refused connection elsewhere): %v", o)
+			gate := o.Err == nil && o.Status == http.StatusServiceUnavailable && o.RetryAfter != ""
+			switch {
+			case !gate && o.Sent.Before(down):
+				// In flight to the crashed instance, or sent on a connection to it that
+				// HAProxy reused: a crash loses these, and no retry is safe for a write.
+				lost++
+			case !gate:
+				t.Errorf("a write sent after HAProxy marked %s down failed otherwise than with the gate's 503 and Retry-After: %v", leader, o)
 			}
 			if o.Sent.After(recovered) {
 				t.Errorf("a write sent %v after the crash, past ttl+1s, failed: %v", o.Sent.Sub(killed), o)
@@ -120,8 +128,8 @@ func TestHAProxy(t *testing.T) {
 			}
 			last = o.Sent
 		}
-		t.Logf("MEASURED haproxy forward, SIGKILL of the leader at 20 req/s (ttl %v, hold %v): %d of %d requests failed (503), sent from %v to %v after the kill; slowest answer %v",
-			recipeTTL, recipeHold, len(failed), len(outcomes), since(first, killed), since(last, killed), slowest.Round(time.Millisecond))
+		t.Logf("MEASURED haproxy forward, SIGKILL of the leader at 20 req/s (ttl %v, hold %v): %d of %d requests failed, %d of them not with the gate's 503 (in flight to the dead instance); sent from %v to %v after the kill; HAProxy marked it down after %v; slowest answer %v",
+			recipeTTL, recipeHold, len(failed), len(outcomes), lost, since(first, killed), since(last, killed), since(down, killed), slowest.Round(time.Millisecond))
 		f.app.check(t)
 		f.restart(t, leader)
 	})
