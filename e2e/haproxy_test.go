@@ -22,7 +22,7 @@ const (
 	// that HAProxy would still send to a closed port fail then.
 	loadAfter = 500 * time.Millisecond
 	// recipeTTL and recipeHold are the recipe Caddyfile's ttl and the gate's default hold.
-	recipeTTL  = 5 * time.Second
+	recipeTTL  = 10 * time.Second
 	recipeHold = 2 * time.Second
 )
 
