@@ -34,13 +34,12 @@ const (
 // environment variable is set), where .ci/run installs it and its absence is a failure.
 func haproxyBin(t *testing.T) string {
 	t.Helper()
-	for _, p := range []string{"/usr/sbin/haproxy"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
 	if p, err := exec.LookPath("haproxy"); err == nil {
 		return p
+	}
+	// Debian installs it in /usr/sbin, which a user's PATH may leave out.
+	if _, err := os.Stat("/usr/sbin/haproxy"); err == nil {
+		return "/usr/sbin/haproxy"
 	}
 	if os.Getenv("CI") != "" {
 		t.Fatal("haproxy is not installed, and CI is set: .ci/run installs it (apt-get install haproxy)")
@@ -393,8 +392,8 @@ func (l *Load) Stop() []Outcome {
 	return l.outcomes
 }
 
-// summary counts the failures of outcomes and finds the slowest answer.
-func summary(outcomes []Outcome) (failed []Outcome, slowest time.Duration) {
+// tally counts the failures of outcomes and finds the slowest answer.
+func tally(outcomes []Outcome) (failed []Outcome, slowest time.Duration) {
 	for _, o := range outcomes {
 		if o.Failed() {
 			failed = append(failed, o)

@@ -107,7 +107,7 @@ func TestHAProxy(t *testing.T) {
 		recovered := killed.Add(recipeTTL + time.Second)
 		time.Sleep(time.Until(recovered) + time.Second)
 		outcomes := load.Stop()
-		failed, slowest := summary(outcomes)
+		failed, slowest := tally(outcomes)
 		var first, last time.Time
 		var lost int
 		for _, o := range failed {
@@ -240,7 +240,7 @@ func (f *recipeFleet) restart(t *testing.T, in *Instance) {
 // report fails the test on any failed request or misordered write, and logs the numbers.
 func (f *recipeFleet) report(t *testing.T, outcomes []Outcome, note string) {
 	t.Helper()
-	failed, slowest := summary(outcomes)
+	failed, slowest := tally(outcomes)
 	for i, o := range failed {
 		if i == 10 {
 			t.Errorf("... and %d more", len(failed)-i)
