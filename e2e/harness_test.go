@@ -288,19 +288,33 @@ func startInstance(t *testing.T, id string, cfg Config) (*Instance, error) {
 	if err != nil {
 		t.Fatalf("free ports: %v", err)
 	}
+	in := newInstance(t, id, ports[0], ports[1])
+	configPath := filepath.Join(in.dir, "caddy.json")
+	if err := os.WriteFile(configPath, cfg.json(in), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return in, in.launch(nil, "run", "--config", configPath)
+}
+
+// newInstance prepares (and does not start) an instance on the given ports, with fresh
+// directories.
+func newInstance(t *testing.T, id string, httpPort, adminPort int) *Instance {
 	in := &Instance{
 		ID:        id,
-		HTTPPort:  ports[0],
-		AdminPort: ports[1],
+		HTTPPort:  httpPort,
+		AdminPort: adminPort,
 		t:         t,
 		dir:       t.TempDir(),
 		exited:    make(chan struct{}),
 	}
 	in.logPath = filepath.Join(in.dir, "caddy.log")
-	configPath := filepath.Join(in.dir, "caddy.json")
-	if err := os.WriteFile(configPath, cfg.json(in), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	return in
+}
+
+// launch runs the Caddy command with args and the extra environment variables env (which
+// override the test's own), and returns once its admin API and HTTP port answer.
+func (in *Instance) launch(env []string, args ...string) error {
+	t, id := in.t, in.ID
 	logFile, err := os.Create(in.logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -308,20 +322,21 @@ func startInstance(t *testing.T, id string, cfg Config) (*Instance, error) {
 	defer logFile.Close() // the child has its own descriptor
 
 	home := filepath.Join(in.dir, "home")
-	env := []string{
-		"HOME=" + home,
-		"XDG_DATA_HOME=" + filepath.Join(home, "data"),
-		"XDG_CONFIG_HOME=" + filepath.Join(home, "config"),
-		"XDG_CACHE_HOME=" + filepath.Join(home, "cache"),
-	}
+	var procEnv []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_") {
-			env = append(env, kv)
+			procEnv = append(procEnv, kv)
 		}
 	}
-	in.cmd = exec.Command(caddyBin, "run", "--config", configPath)
+	procEnv = append(procEnv,
+		"HOME="+home,
+		"XDG_DATA_HOME="+filepath.Join(home, "data"),
+		"XDG_CONFIG_HOME="+filepath.Join(home, "config"),
+		"XDG_CACHE_HOME="+filepath.Join(home, "cache"),
+	)
+	in.cmd = exec.Command(caddyBin, args...)
 	in.cmd.Dir = in.dir
-	in.cmd.Env = env
+	in.cmd.Env = append(procEnv, env...) // the last value of a variable wins
 	in.cmd.Stdout, in.cmd.Stderr = logFile, logFile
 	in.cmd.SysProcAttr = childProcAttr()
 	if err := in.cmd.Start(); err != nil {
@@ -351,17 +366,17 @@ func startInstance(t *testing.T, id string, cfg Config) (*Instance, error) {
 	for {
 		select {
 		case <-in.exited:
-			return in, fmt.Errorf("caddy exited during start: %v", in.waitErr)
+			return fmt.Errorf("caddy exited during start: %v", in.waitErr)
 		default:
 		}
 		_, adminErr := in.admin(http.MethodGet, "/config/", nil)
 		_, httpErr := in.Get("/whoami")
 		if adminErr == nil && httpErr == nil {
-			return in, nil
+			return nil
 		}
 		if time.Now().After(deadline) {
 			_ = in.cmd.Process.Signal(syscall.SIGKILL)
-			return in, fmt.Errorf("not ready within %v: admin: %v; http: %v", startTimeout, adminErr, httpErr)
+			return fmt.Errorf("not ready within %v: admin: %v; http: %v", startTimeout, adminErr, httpErr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
