@@ -13,6 +13,12 @@ type LeaseID int64
 // it expired or was revoked, and with it every key bound to it is gone.
 var ErrLeaseNotFound = errors.New("lease not found: it expired or was revoked")
 
+// ErrStoreRewound is returned (wrapped) by a Backend call whose answer comes from a store
+// state older than one this backend has already seen: the store was restored from a snapshot
+// or replaced. Nothing learned before it can be trusted; the elector gives up its lease,
+// which stops admission, and campaigns anew.
+var ErrStoreRewound = errors.New("the store's revision went backwards (restored from a snapshot?)")
+
 // Holder is the holder of an election key as the store reported it.
 type Holder struct {
 	// Value is the raw value of the key (an encoded Record).

@@ -69,6 +69,8 @@ type Backend struct {
 	connects   sync.WaitGroup
 
 	tlsFailure tlsFailureLog
+
+	revs revisions // the store's history as this backend has seen it (see rewind.go)
 }
 
 // connectAttempt is one run of clientv3.New; its result is set before done is closed.
@@ -103,7 +105,7 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	b := &Backend{cfg: cfg, tls: effectiveTLS(cfg)}
+	b := &Backend{cfg: cfg, tls: effectiveTLS(cfg), revs: newRevisions()}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -245,6 +247,12 @@ func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID
 	if err != nil {
 		return 0, 0, b.describe(err)
 	}
+	// A lease granted by a rewound store is dropped (it expires by itself): the elector
+	// asks again, and that lease belongs to the history later answers are checked against.
+	if err := b.checked(resp.ResponseHeader); err != nil {
+		return 0, 0, err
+	}
+	b.leaseFresh()
 	return elector.LeaseID(resp.ID), time.Duration(resp.TTL) * time.Second, nil
 }
 
@@ -254,9 +262,18 @@ func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
+	if b.takeRenewOwed() {
+		return 0, fmt.Errorf("lease %x was granted before: %w", id, errRewoundElsewhere)
+	}
 	resp, err := cli.KeepAliveOnce(leaderCtx(ctx), clientv3.LeaseID(id))
 	if err != nil {
 		return 0, b.describe(mapLeaseErr(err))
+	}
+	// The lease of a snapshot lives on in the restored store, so its renewal succeeds:
+	// only the header tells. Renewals run every TTL/3, so they usually notice first.
+	if err := b.loose(ctx, cli, resp.ResponseHeader); err != nil {
+		b.takeRenewOwed() // reported right here
+		return 0, err
 	}
 	return time.Duration(resp.TTL) * time.Second, nil
 }
@@ -267,11 +284,14 @@ func (b *Backend) Revoke(ctx context.Context, id elector.LeaseID) error {
 	if err != nil {
 		return err
 	}
-	_, err = cli.Revoke(leaderCtx(ctx), clientv3.LeaseID(id))
+	resp, err := cli.Revoke(leaderCtx(ctx), clientv3.LeaseID(id))
 	if errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
 		return nil
 	}
-	return b.describe(err)
+	if err != nil {
+		return b.describe(err)
+	}
+	return b.checked(resp.Header)
 }
 
 func mapLeaseErr(err error) error {
@@ -297,6 +317,9 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	if err != nil {
 		return elector.Observation{}, b.describe(mapLeaseErr(err))
 	}
+	if err := b.checked(resp.Header); err != nil {
+		return elector.Observation{}, err
+	}
 	rev := resp.Header.Revision
 	if resp.Succeeded {
 		// The put is the transaction's only write, so the key was created at its revision.
@@ -314,6 +337,9 @@ func (b *Backend) Observe(ctx context.Context, election string) (elector.Observa
 	resp, err := cli.Get(leaderCtx(ctx), b.Key(election))
 	if err != nil {
 		return elector.Observation{}, b.describe(err)
+	}
+	if err := b.checked(resp.Header); err != nil {
+		return elector.Observation{}, err
 	}
 	return observation(resp.Header.Revision, resp.Kvs), nil
 }
@@ -364,9 +390,33 @@ func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64
 	if err != nil {
 		return send(broken(err))
 	}
-	for resp := range cli.Watch(leaderCtx(ctx), key, clientv3.WithRev(afterRev+1)) {
-		if err := resp.Err(); err != nil {
-			return send(broken(b.describe(err)))
+	rewound, err := b.watchStart(afterRev)
+	if err != nil {
+		return send(broken(err))
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changes := cli.Watch(leaderCtx(wctx), key, clientv3.WithRev(afterRev+1))
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case <-rewound:
+			// A watch resumed on a rewound store waits for a revision of the old history
+			// and may never hear of anything again: it is given up, and read anew.
+			return send(broken(errRewoundElsewhere))
+		case resp, ok = <-changes:
+		}
+		switch {
+		case !ok && ctx.Err() != nil:
+			return false
+		case !ok:
+			return send(broken(errors.New("etcd watch closed")))
+		case resp.Err() != nil:
+			return send(broken(b.describe(resp.Err())))
+		}
+		if err := b.loose(ctx, cli, resp.Header); err != nil {
+			return send(broken(err))
 		}
 		for _, ev := range resp.Events {
 			if !send(change(ev)) {
@@ -374,10 +424,6 @@ func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64
 			}
 		}
 	}
-	if ctx.Err() != nil {
-		return false
-	}
-	return send(broken(errors.New("etcd watch closed")))
 }
 
 // Update implements elector.Backend: put the new value only if the key is still the same
@@ -395,6 +441,9 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if err != nil {
 		return false, b.describe(err)
 	}
+	if err := b.checked(resp.Header); err != nil {
+		return false, err
+	}
 	return resp.Succeeded, nil
 }
 
@@ -406,11 +455,14 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 		return err
 	}
 	key := b.Key(election)
-	_, err = cli.Txn(leaderCtx(ctx)).
+	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
 		Then(clientv3.OpDelete(key), b.acknowledgement(election, token, lease)).
 		Commit()
-	return b.describe(err)
+	if err != nil {
+		return b.describe(err)
+	}
+	return b.checked(resp.Header)
 }
 
 // Close implements elector.Backend. It ends a connect in progress and waits for it.

@@ -31,8 +31,11 @@ func (b *Backend) Announce(ctx context.Context, election, id string, lease elect
 		return err
 	}
 	key := b.candidatesPrefix(election) + id + "/" + strconv.FormatInt(int64(lease), 16)
-	_, err = cli.Put(leaderCtx(ctx), key, id, clientv3.WithLease(clientv3.LeaseID(lease)))
-	return b.describe(mapLeaseErr(err))
+	resp, err := cli.Put(leaderCtx(ctx), key, id, clientv3.WithLease(clientv3.LeaseID(lease)))
+	if err != nil {
+		return b.describe(mapLeaseErr(err))
+	}
+	return b.checked(resp.Header)
 }
 
 // Candidates implements elector.Backend.
@@ -45,6 +48,9 @@ func (b *Backend) Candidates(ctx context.Context, election string) ([]string, er
 	resp, err := cli.Get(leaderCtx(ctx), prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, b.describe(err)
+	}
+	if err := b.checked(resp.Header); err != nil {
+		return nil, err
 	}
 	ids := make([]string, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -66,8 +72,14 @@ func (b *Backend) SetIntent(ctx context.Context, election string, value []byte, 
 	if err != nil {
 		return b.describe(err)
 	}
-	_, err = cli.Put(leaderCtx(ctx), b.intentKey(election), string(value), clientv3.WithLease(lease.ID))
-	return b.describe(err)
+	if err := b.checked(lease.ResponseHeader); err != nil {
+		return err
+	}
+	resp, err := cli.Put(leaderCtx(ctx), b.intentKey(election), string(value), clientv3.WithLease(lease.ID))
+	if err != nil {
+		return b.describe(err)
+	}
+	return b.checked(resp.Header)
 }
 
 // ClearIntent implements elector.Backend. It revokes the intent's own lease, which deletes
@@ -83,12 +95,18 @@ func (b *Backend) ClearIntent(ctx context.Context, election string) error {
 	if err != nil {
 		return b.describe(err)
 	}
+	if err := b.checked(resp.Header); err != nil {
+		return err
+	}
 	if len(resp.Kvs) > 0 && resp.Kvs[0].Lease != 0 {
 		// A newer intent set meanwhile has a lease of its own and stays.
 		return b.Revoke(ctx, elector.LeaseID(resp.Kvs[0].Lease))
 	}
-	_, err = cli.Delete(leaderCtx(ctx), key)
-	return b.describe(err)
+	del, err := cli.Delete(leaderCtx(ctx), key)
+	if err != nil {
+		return b.describe(err)
+	}
+	return b.checked(del.Header)
 }
 
 // WatchIntent implements elector.Backend.
@@ -104,8 +122,13 @@ func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elect
 		}
 		key := b.intentKey(election)
 		resp, err := cli.Get(leaderCtx(ctx), key)
+		if err == nil {
+			err = b.checked(resp.Header)
+		} else {
+			err = b.describe(err)
+		}
 		if err != nil {
-			watchKeyFailed(ctx, out, broken(b.describe(err)))
+			watchKeyFailed(ctx, out, broken(err))
 			return
 		}
 		current := elector.IntentChange{}
@@ -152,11 +175,14 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	if err != nil {
 		return err
 	}
-	_, err = cli.Do(leaderCtx(ctx), b.acknowledgement(election, token, lease))
+	resp, err := cli.Do(leaderCtx(ctx), b.acknowledgement(election, token, lease))
 	if errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
 		return nil // the lease is gone: Released says so without the acknowledgement
 	}
-	return b.describe(err)
+	if err != nil {
+		return b.describe(err)
+	}
+	return b.checked(resp.Put().Header)
 }
 
 // Released implements elector.Backend. It consumes the acknowledgement: only the successor
@@ -172,6 +198,9 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 	if err != nil {
 		return false, b.describe(err)
 	}
+	if err := b.checked(resp.Header); err != nil {
+		return false, err
+	}
 	if resp.Deleted > 0 || lease == 0 {
 		return resp.Deleted > 0, nil
 	}
@@ -181,6 +210,9 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 			return true, nil
 		}
 		return false, b.describe(err)
+	}
+	if err := b.loose(ctx, cli, ttl.ResponseHeader); err != nil {
+		return false, err
 	}
 	// Only a lease the store no longer knows (TTL -1) is gone. The remaining TTL is
 	// truncated to whole seconds, so 0 means "less than a second left", not "expired": the
