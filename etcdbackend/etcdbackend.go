@@ -243,13 +243,14 @@ func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID
 	if err != nil {
 		return 0, 0, err
 	}
+	at := b.mark()
 	resp, err := cli.Grant(leaderCtx(ctx), int64(math.Ceil(ttl.Seconds())))
 	if err != nil {
 		return 0, 0, b.describe(err)
 	}
 	// A lease granted by a rewound store is dropped (it expires by itself): the elector
 	// asks again, and that lease belongs to the history later answers are checked against.
-	if err := b.checked(resp.ResponseHeader); err != nil {
+	if err := b.checked(at, resp.ResponseHeader); err != nil {
 		return 0, 0, err
 	}
 	b.leaseFresh()
@@ -262,6 +263,7 @@ func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
+	at := b.mark()
 	if b.takeRenewOwed() {
 		return 0, fmt.Errorf("lease %x was granted before: %w", id, errRewoundElsewhere)
 	}
@@ -271,7 +273,7 @@ func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration,
 	}
 	// The lease of a snapshot lives on in the restored store, so its renewal succeeds:
 	// only the header tells. Renewals run every TTL/3, so they usually notice first.
-	if err := b.loose(ctx, cli, resp.ResponseHeader); err != nil {
+	if err := b.loose(ctx, cli, at, resp.ResponseHeader); err != nil {
 		b.takeRenewOwed() // reported right here
 		return 0, err
 	}
@@ -284,6 +286,7 @@ func (b *Backend) Revoke(ctx context.Context, id elector.LeaseID) error {
 	if err != nil {
 		return err
 	}
+	at := b.mark()
 	resp, err := cli.Revoke(leaderCtx(ctx), clientv3.LeaseID(id))
 	if errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
 		return nil
@@ -291,7 +294,7 @@ func (b *Backend) Revoke(ctx context.Context, id elector.LeaseID) error {
 	if err != nil {
 		return b.describe(err)
 	}
-	return b.checked(resp.Header)
+	return b.checked(at, resp.Header)
 }
 
 func mapLeaseErr(err error) error {
@@ -308,6 +311,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	if err != nil {
 		return elector.Observation{}, err
 	}
+	at := b.mark()
 	key := b.Key(election)
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -317,15 +321,15 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	if err != nil {
 		return elector.Observation{}, b.describe(mapLeaseErr(err))
 	}
-	if err := b.checked(resp.Header); err != nil {
+	if err := b.checked(at, resp.Header); err != nil {
 		return elector.Observation{}, err
 	}
 	rev := resp.Header.Revision
 	if resp.Succeeded {
 		// The put is the transaction's only write, so the key was created at its revision.
-		return elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}}, nil
+		return b.termChecked(election, elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}})
 	}
-	return observation(rev, resp.Responses[0].GetResponseRange().GetKvs()), nil
+	return b.termChecked(election, observation(rev, resp.Responses[0].GetResponseRange().GetKvs()))
 }
 
 // Observe implements elector.Backend.
@@ -334,14 +338,15 @@ func (b *Backend) Observe(ctx context.Context, election string) (elector.Observa
 	if err != nil {
 		return elector.Observation{}, err
 	}
+	at := b.mark()
 	resp, err := cli.Get(leaderCtx(ctx), b.Key(election))
 	if err != nil {
 		return elector.Observation{}, b.describe(err)
 	}
-	if err := b.checked(resp.Header); err != nil {
+	if err := b.checked(at, resp.Header); err != nil {
 		return elector.Observation{}, err
 	}
-	return observation(resp.Header.Revision, resp.Kvs), nil
+	return b.termChecked(election, observation(resp.Header.Revision, resp.Kvs))
 }
 
 func observation(rev int64, kvs []*mvccpb.KeyValue) elector.Observation {
@@ -361,12 +366,12 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	go func() {
 		defer close(out)
 		watchKey(ctx, b, b.Key(election), afterRev, out,
-			func(ev *clientv3.Event) elector.Observation {
+			func(ev *clientv3.Event) (elector.Observation, error) {
 				o := elector.Observation{Revision: ev.Kv.ModRevision}
 				if ev.Type == clientv3.EventTypePut {
 					o.Holder = holder(ev.Kv)
 				}
-				return o
+				return b.termChecked(election, o)
 			},
 			func(err error) elector.Observation { return elector.Observation{Err: err} })
 	}()
@@ -374,10 +379,10 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 }
 
 // watchKey sends each change of key after revision afterRev to out, converted by change,
-// until ctx ends or the watch breaks; then it sends broken(the reason) and returns. It
-// returns false if ctx ended first.
+// until ctx ends or the watch breaks (or change fails); then it sends broken(the reason)
+// and returns. It returns false if ctx ended first.
 func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64, out chan<- T,
-	change func(*clientv3.Event) T, broken func(error) T) bool {
+	change func(*clientv3.Event) (T, error), broken func(error) T) bool {
 	send := func(v T) bool {
 		select {
 		case out <- v:
@@ -390,6 +395,7 @@ func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64
 	if err != nil {
 		return send(broken(err))
 	}
+	at := b.mark()
 	rewound, err := b.watchStart(afterRev)
 	if err != nil {
 		return send(broken(err))
@@ -415,11 +421,15 @@ func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64
 		case resp.Err() != nil:
 			return send(broken(b.describe(resp.Err())))
 		}
-		if err := b.loose(ctx, cli, resp.Header); err != nil {
+		if err := b.loose(ctx, cli, at, resp.Header); err != nil {
 			return send(broken(err))
 		}
 		for _, ev := range resp.Events {
-			if !send(change(ev)) {
+			v, err := change(ev)
+			if err != nil {
+				return send(broken(err))
+			}
+			if !send(v) {
 				return false
 			}
 		}
@@ -433,6 +443,7 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if err != nil {
 		return false, err
 	}
+	at := b.mark()
 	key := b.Key(election)
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
@@ -441,7 +452,7 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if err != nil {
 		return false, b.describe(err)
 	}
-	if err := b.checked(resp.Header); err != nil {
+	if err := b.checked(at, resp.Header); err != nil {
 		return false, err
 	}
 	return resp.Succeeded, nil
@@ -454,6 +465,7 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 	if err != nil {
 		return err
 	}
+	at := b.mark()
 	key := b.Key(election)
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
@@ -462,7 +474,7 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 	if err != nil {
 		return b.describe(err)
 	}
-	return b.checked(resp.Header)
+	return b.checked(at, resp.Header)
 }
 
 // Close implements elector.Backend. It ends a connect in progress and waits for it.

@@ -30,12 +30,13 @@ func (b *Backend) Announce(ctx context.Context, election, id string, lease elect
 	if err != nil {
 		return err
 	}
+	at := b.mark()
 	key := b.candidatesPrefix(election) + id + "/" + strconv.FormatInt(int64(lease), 16)
 	resp, err := cli.Put(leaderCtx(ctx), key, id, clientv3.WithLease(clientv3.LeaseID(lease)))
 	if err != nil {
 		return b.describe(mapLeaseErr(err))
 	}
-	return b.checked(resp.Header)
+	return b.checked(at, resp.Header)
 }
 
 // Candidates implements elector.Backend.
@@ -44,12 +45,13 @@ func (b *Backend) Candidates(ctx context.Context, election string) ([]string, er
 	if err != nil {
 		return nil, err
 	}
+	at := b.mark()
 	prefix := b.candidatesPrefix(election)
 	resp, err := cli.Get(leaderCtx(ctx), prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, b.describe(err)
 	}
-	if err := b.checked(resp.Header); err != nil {
+	if err := b.checked(at, resp.Header); err != nil {
 		return nil, err
 	}
 	ids := make([]string, 0, len(resp.Kvs))
@@ -68,18 +70,19 @@ func (b *Backend) SetIntent(ctx context.Context, election string, value []byte, 
 	if err != nil {
 		return err
 	}
+	at := b.mark()
 	lease, err := cli.Grant(leaderCtx(ctx), int64(math.Ceil(ttl.Seconds())))
 	if err != nil {
 		return b.describe(err)
 	}
-	if err := b.checked(lease.ResponseHeader); err != nil {
+	if err := b.checked(at, lease.ResponseHeader); err != nil {
 		return err
 	}
 	resp, err := cli.Put(leaderCtx(ctx), b.intentKey(election), string(value), clientv3.WithLease(lease.ID))
 	if err != nil {
 		return b.describe(err)
 	}
-	return b.checked(resp.Header)
+	return b.checked(at, resp.Header)
 }
 
 // ClearIntent implements elector.Backend. It revokes the intent's own lease, which deletes
@@ -90,12 +93,13 @@ func (b *Backend) ClearIntent(ctx context.Context, election string) error {
 	if err != nil {
 		return err
 	}
+	at := b.mark()
 	key := b.intentKey(election)
 	resp, err := cli.Get(leaderCtx(ctx), key)
 	if err != nil {
 		return b.describe(err)
 	}
-	if err := b.checked(resp.Header); err != nil {
+	if err := b.checked(at, resp.Header); err != nil {
 		return err
 	}
 	if len(resp.Kvs) > 0 && resp.Kvs[0].Lease != 0 {
@@ -106,7 +110,7 @@ func (b *Backend) ClearIntent(ctx context.Context, election string) error {
 	if err != nil {
 		return b.describe(err)
 	}
-	return b.checked(del.Header)
+	return b.checked(at, del.Header)
 }
 
 // WatchIntent implements elector.Backend.
@@ -120,10 +124,11 @@ func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elect
 			watchKeyFailed(ctx, out, broken(err))
 			return
 		}
+		at := b.mark()
 		key := b.intentKey(election)
 		resp, err := cli.Get(leaderCtx(ctx), key)
 		if err == nil {
-			err = b.checked(resp.Header)
+			err = b.checked(at, resp.Header)
 		} else {
 			err = b.describe(err)
 		}
@@ -141,11 +146,11 @@ func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elect
 			return
 		}
 		watchKey(ctx, b, key, resp.Header.Revision, out,
-			func(ev *clientv3.Event) elector.IntentChange {
+			func(ev *clientv3.Event) (elector.IntentChange, error) {
 				if ev.Type == clientv3.EventTypePut {
-					return elector.IntentChange{Value: ev.Kv.Value}
+					return elector.IntentChange{Value: ev.Kv.Value}, nil
 				}
-				return elector.IntentChange{}
+				return elector.IntentChange{}, nil
 			}, broken)
 	}()
 	return out
@@ -175,6 +180,7 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	if err != nil {
 		return err
 	}
+	at := b.mark()
 	resp, err := cli.Do(leaderCtx(ctx), b.acknowledgement(election, token, lease))
 	if errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
 		return nil // the lease is gone: Released says so without the acknowledgement
@@ -182,7 +188,7 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	if err != nil {
 		return b.describe(err)
 	}
-	return b.checked(resp.Put().Header)
+	return b.checked(at, resp.Put().Header)
 }
 
 // Released implements elector.Backend. It consumes the acknowledgement: only the successor
@@ -194,11 +200,12 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 	if err != nil {
 		return false, err
 	}
+	at := b.mark()
 	resp, err := cli.Delete(leaderCtx(ctx), b.releasedKey(election, token))
 	if err != nil {
 		return false, b.describe(err)
 	}
-	if err := b.checked(resp.Header); err != nil {
+	if err := b.checked(at, resp.Header); err != nil {
 		return false, err
 	}
 	if resp.Deleted > 0 || lease == 0 {
@@ -211,7 +218,7 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 		}
 		return false, b.describe(err)
 	}
-	if err := b.loose(ctx, cli, ttl.ResponseHeader); err != nil {
+	if err := b.loose(ctx, cli, at, ttl.ResponseHeader); err != nil {
 		return false, err
 	}
 	// Only a lease the store no longer knows (TTL -1) is gone. The remaining TTL is
