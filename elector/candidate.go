@@ -342,7 +342,7 @@ func (c *Candidate) keepLease(ctx context.Context) {
 			if errors.Is(err, ErrStoreRewound) {
 				// The lease came from a store gone back in time; the next one is of its
 				// new history.
-				c.log().Error("lease granted by a rewound store dropped; asking for another", zap.String("self", c.cfg.ID), zap.Error(err))
+				c.log().Warn("lease granted by a rewound store dropped; asking for another", zap.String("self", c.cfg.ID), zap.Error(err))
 			} else {
 				c.storeFailed("grant", err)
 			}

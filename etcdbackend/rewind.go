@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -164,6 +165,9 @@ func (b *Backend) termChecked(election string, o elector.Observation) (elector.O
 	return o, nil
 }
 
+// confirmTimeout bounds the read that confirms a suspected rewind.
+const confirmTimeout = 5 * time.Second
+
 // loose checks the header of an answer, to a request sent at m, that a member may give
 // from behind the cluster (a lease keepalive or time-to-live, a watch response). An older
 // revision there is confirmed with a linearizable read before it counts as a rewind.
@@ -174,6 +178,8 @@ func (b *Backend) loose(ctx context.Context, cli *clientv3.Client, m mark, h *pb
 	// Any key will do: the header is the point. The prefix is one that etcd users set up
 	// for this plugin may read.
 	m = b.mark()
+	ctx, cancel := context.WithTimeout(ctx, confirmTimeout) // a watch's ctx has no deadline
+	defer cancel()
 	resp, err := cli.Get(leaderCtx(ctx), b.cfg.Prefix, clientv3.WithCountOnly())
 	if err != nil {
 		return b.describe(err)
