@@ -153,12 +153,7 @@ func waitTerm(t *testing.T, f *fleet, cli *clientv3.Client, within time.Duration
 // keyToken is the token of the election key in etcd, 0 if nobody holds it.
 func keyToken(t *testing.T, cli *clientv3.Client) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := cli.Get(ctx, testPrefix+"restored")
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := get(t, cli, testPrefix+"restored")
 	if len(resp.Kvs) == 0 {
 		return 0
 	}
@@ -167,11 +162,16 @@ func keyToken(t *testing.T, cli *clientv3.Client) int64 {
 
 func storeRevision(t *testing.T, cli *clientv3.Client) int64 {
 	t.Helper()
+	return get(t, cli, testPrefix+"filler").Header.Revision
+}
+
+func get(t *testing.T, cli *clientv3.Client, key string) *clientv3.GetResponse {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, testPrefix+"filler")
+	resp, err := cli.Get(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.Header.Revision
+	return resp
 }

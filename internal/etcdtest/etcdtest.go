@@ -329,13 +329,7 @@ func (c *Cluster) agreedLeader() (int, bool) {
 // and presents the client certificate; with authentication on, it is root.
 func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	var eps []string
-	for _, i := range c.runningIndexes() {
-		eps = append(eps, c.Endpoint(i))
-	}
-	if len(eps) == 0 {
-		t.Fatalf("etcdtest: client: no member is running")
-	}
+	eps := c.runningEndpoints(t, "client")
 	cli, err := c.newClient(eps)
 	if err != nil {
 		t.Fatalf("etcdtest: client: %v", err)
@@ -427,6 +421,19 @@ func (c *Cluster) clientConfig(endpoints []string) clientv3.Config {
 // newClient is a plain client, for a cluster started without Options.
 func newClient(endpoints []string) (*clientv3.Client, error) {
 	return (&Cluster{}).newClient(endpoints)
+}
+
+// runningEndpoints are the client URLs of the running members; there must be one, for what.
+func (c *Cluster) runningEndpoints(t testing.TB, what string) []string {
+	t.Helper()
+	var eps []string
+	for _, i := range c.runningIndexes() {
+		eps = append(eps, c.Endpoint(i))
+	}
+	if len(eps) == 0 {
+		t.Fatalf("etcdtest: %s: no member is running", what)
+	}
+	return eps
 }
 
 func (c *Cluster) runningIndexes() []int {

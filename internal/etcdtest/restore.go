@@ -16,13 +16,7 @@ import (
 // save` does (through the Maintenance API, from one running member), and returns its path.
 func (c *Cluster) Snapshot(t testing.TB) string {
 	t.Helper()
-	var eps []string
-	for _, i := range c.runningIndexes() {
-		eps = append(eps, c.Endpoint(i))
-	}
-	if len(eps) == 0 {
-		t.Fatalf("etcdtest: snapshot: no member is running")
-	}
+	eps := c.runningEndpoints(t, "snapshot")
 	path := filepath.Join(t.TempDir(), "snapshot.db")
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
