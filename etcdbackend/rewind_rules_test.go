@@ -51,7 +51,7 @@ func TestRewindRules(t *testing.T) {
 				{send: "a"}, {answer: "a", rev: 100},
 				{send: "b"}, {send: "c"},
 				{answer: "b", rev: 20, rewind: true},
-				{answer: "c", rev: 18}, // sent before the rewind was seen: of either history
+				{answer: "c", rev: 18},              // sent before the rewind was seen: of either history
 				{send: "d"}, {answer: "d", rev: 21}, // rebased: the new history goes on
 			},
 			logs: 1,
