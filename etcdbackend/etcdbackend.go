@@ -327,9 +327,9 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	rev := resp.Header.Revision
 	if resp.Succeeded {
 		// The put is the transaction's only write, so the key was created at its revision.
-		return b.termChecked(election, elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}})
+		return b.termChecked(at, election, elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}})
 	}
-	return b.termChecked(election, observation(rev, resp.Responses[0].GetResponseRange().GetKvs()))
+	return b.termChecked(at, election, observation(rev, resp.Responses[0].GetResponseRange().GetKvs()))
 }
 
 // Observe implements elector.Backend.
@@ -346,7 +346,7 @@ func (b *Backend) Observe(ctx context.Context, election string) (elector.Observa
 	if err := b.checked(at, resp.Header); err != nil {
 		return elector.Observation{}, err
 	}
-	return b.termChecked(election, observation(resp.Header.Revision, resp.Kvs))
+	return b.termChecked(at, election, observation(resp.Header.Revision, resp.Kvs))
 }
 
 func observation(rev int64, kvs []*mvccpb.KeyValue) elector.Observation {
@@ -366,12 +366,12 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	go func() {
 		defer close(out)
 		watchKey(ctx, b, b.Key(election), afterRev, out,
-			func(ev *clientv3.Event) (elector.Observation, error) {
+			func(at mark, ev *clientv3.Event) (elector.Observation, error) {
 				o := elector.Observation{Revision: ev.Kv.ModRevision}
 				if ev.Type == clientv3.EventTypePut {
 					o.Holder = holder(ev.Kv)
 				}
-				return b.termChecked(election, o)
+				return b.termChecked(at, election, o)
 			},
 			func(err error) elector.Observation { return elector.Observation{Err: err} })
 	}()
@@ -379,10 +379,10 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 }
 
 // watchKey sends each change of key after revision afterRev to out, converted by change,
-// until ctx ends or the watch breaks (or change fails); then it sends broken(the reason)
-// and returns. It returns false if ctx ended first.
+// until ctx ends or the watch breaks (or change, given the watch's mark, fails); then it
+// sends broken(the reason) and returns. It returns false if ctx ended first.
 func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64, out chan<- T,
-	change func(*clientv3.Event) (T, error), broken func(error) T) bool {
+	change func(mark, *clientv3.Event) (T, error), broken func(error) T) bool {
 	send := func(v T) bool {
 		select {
 		case out <- v:
@@ -425,7 +425,7 @@ func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64
 			return send(broken(err))
 		}
 		for _, ev := range resp.Events {
-			v, err := change(ev)
+			v, err := change(at, ev)
 			if err != nil {
 				return send(broken(err))
 			}

@@ -146,7 +146,7 @@ func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elect
 			return
 		}
 		watchKey(ctx, b, key, resp.Header.Revision, out,
-			func(ev *clientv3.Event) (elector.IntentChange, error) {
+			func(_ mark, ev *clientv3.Event) (elector.IntentChange, error) {
 				if ev.Type == clientv3.EventTypePut {
 					return elector.IntentChange{Value: ev.Kv.Value}, nil
 				}

@@ -123,12 +123,13 @@ func (r *revisions) rewoundLocked() {
 }
 
 // checkTerm records the token of the holder of election's key as of revision rev, and
-// reports a rewind if a newer term was seen at a revision no later than rev: in one
+// reports a rewind if a newer term was seen at a revision no later than rev (for a request
+// sent at m): in one
 // history, the key at a later revision is never of an older term. Unlike a revision, the
 // highest token is kept: every term the store starts from now on has a higher one, and
 // until the old term's key is gone (its holder gives its lease up on the rewind, or the
 // lease expires) it stays a stale term. It logs at ERROR once per stale term.
-func (b *Backend) checkTerm(election string, rev int64, h *elector.Holder) error {
+func (b *Backend) checkTerm(m mark, election string, rev int64, h *elector.Holder) error {
 	if h == nil {
 		return nil
 	}
@@ -137,6 +138,8 @@ func (b *Backend) checkTerm(election string, rev int64, h *elector.Holder) error
 	defer r.mu.Unlock()
 	seen := r.terms[election]
 	switch {
+	case m.epoch != r.epoch:
+		return nil // sent before the last rewind was detected: of either history
 	case h.Token >= seen.token:
 		r.terms[election] = termsSeen{token: h.Token, at: rev}
 		return nil
@@ -158,8 +161,8 @@ func (b *Backend) checkTerm(election string, rev int64, h *elector.Holder) error
 }
 
 // termChecked returns o, or an error if checkTerm finds its holder's term stale.
-func (b *Backend) termChecked(election string, o elector.Observation) (elector.Observation, error) {
-	if err := b.checkTerm(election, o.Revision, o.Holder); err != nil {
+func (b *Backend) termChecked(m mark, election string, o elector.Observation) (elector.Observation, error) {
+	if err := b.checkTerm(m, election, o.Revision, o.Holder); err != nil {
 		return elector.Observation{}, err
 	}
 	return o, nil

@@ -67,6 +67,17 @@ func TestRewindRules(t *testing.T) {
 			logs: 1,
 		},
 		{
+			name: "an_old_history_term_answered_after_the_rewind_is_not_remembered",
+			steps: []step{
+				{send: "a"}, {answer: "a", rev: 100, token: 90},
+				{send: "old"}, {send: "b"},
+				{answer: "b", rev: 20, rewind: true},
+				{answer: "old", rev: 101, token: 95},
+				{send: "c"}, {answer: "c", rev: 120, token: 30},
+			},
+			logs: 1,
+		},
+		{
 			name: "an_older_term_read_at_an_older_revision_is_not_a_rewind",
 			steps: []step{
 				{send: "read"}, {send: "watch"},
@@ -91,7 +102,7 @@ func TestRewindRules(t *testing.T) {
 				}
 				err := b.checked(marks[s.answer], &pb.ResponseHeader{Revision: s.rev})
 				if err == nil && s.token != 0 {
-					err = b.checkTerm("e", s.rev, &elector.Holder{Token: s.token})
+					err = b.checkTerm(marks[s.answer], "e", s.rev, &elector.Holder{Token: s.token})
 				}
 				if got := errors.Is(err, elector.ErrStoreRewound); got != s.rewind {
 					t.Fatalf("step %d (answer to %s at %d): rewind = %v (%v), want %v", i, s.answer, s.rev, got, err, s.rewind)
@@ -137,8 +148,8 @@ func TestRewindReachesRenewAndWatches(t *testing.T) {
 	if _, err := b.watchStart(11); err != nil {
 		t.Errorf("a watch of the new history: %v", err)
 	}
-	_ = b.checkTerm("e", 12, &elector.Holder{Token: 12})
-	_ = b.checkTerm("e", 13, &elector.Holder{Token: 3}) // a stale term: owed again
+	_ = b.checkTerm(b.mark(), "e", 12, &elector.Holder{Token: 12})
+	_ = b.checkTerm(b.mark(), "e", 13, &elector.Holder{Token: 3}) // a stale term: owed again
 	b.leaseFresh()
 	if b.takeRenewOwed() {
 		t.Error("a lease granted after the rewind would be given up for it")

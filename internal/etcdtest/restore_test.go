@@ -12,6 +12,9 @@ import (
 // TestRestore checks that Restore gives clients what an operator's restore gives them: the
 // snapshot's keys, at the snapshot's revision, or above every revision before with a bump.
 func TestRestore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
 	const bump = 1_000_000
 	tests := []struct {
 		name string
