@@ -98,7 +98,13 @@ func (c *Candidate) keepLease(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.storeFailed("grant", err)
+			if errors.Is(err, ErrStoreRewound) {
+				// The lease came from a store gone back in time; the next one is of its
+				// new history.
+				c.log().Warn("lease granted by a rewound store dropped; asking for another", zap.String("self", c.cfg.ID), zap.Error(err))
+			} else {
+				c.storeFailed("grant", err)
+			}
 			if !retry.wait(ctx) {
 				return
 			}
@@ -115,7 +121,11 @@ func (c *Candidate) keepLease(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // Close revokes the lease itself, after draining
 		}
-		c.log().Warn("lease lost", zap.String("self", c.cfg.ID), zap.Int64("lease", int64(id)), zap.String("reason", reason))
+		logLost := c.log().Warn
+		if reason == reasonRewound {
+			logLost = c.log().Error
+		}
+		logLost("lease lost", zap.String("self", c.cfg.ID), zap.Int64("lease", int64(id)), zap.String("reason", reason))
 		l.giveUp()
 		c.setLease(nil)
 		// Revoking deletes our keys now rather than at expiry, so that the fleet does not
@@ -128,6 +138,10 @@ func (c *Candidate) keepLease(ctx context.Context) {
 	}
 }
 
+// reasonRewound is why a lease is given up when the store went back in time: whatever it
+// confirmed before, this lease included, belongs to a history the store no longer has.
+const reasonRewound = "the store's revision went backwards (restored from a snapshot?)"
+
 // renew keeps l alive until it cannot, and returns why it stopped ("" when ctx ended).
 func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent time.Time) string {
 	interval := ttl / 3
@@ -137,6 +151,9 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 	defer timer.Stop()
 	for {
 		now := c.now()
+		if l.rewound.Load() {
+			return reasonRewound
+		}
 		if !l.valid(now) {
 			return "no renewal succeeded before the lease deadline"
 		}
@@ -144,6 +161,8 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 		select {
 		case <-ctx.Done():
 			return ""
+		case <-l.lost:
+			continue // given up elsewhere: say why above
 		case <-timer.C:
 		}
 		sent = c.now()
@@ -159,6 +178,8 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 			return ""
 		case errors.Is(err, ErrLeaseNotFound):
 			return "lease expired in the store"
+		case errors.Is(err, ErrStoreRewound):
+			return reasonRewound
 		case err != nil:
 			c.storeFailed("renew", err)
 			next = c.now().Add(retryAfter)

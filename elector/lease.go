@@ -33,6 +33,8 @@ type lease struct {
 	lostOnce sync.Once
 	// lost is closed when the candidate gives the lease up.
 	lost chan struct{}
+	// rewound is set when the lease was given up because the store went back in time.
+	rewound atomic.Bool
 
 	sendMu sync.Mutex
 	sent   chan struct{} // closed (and replaced) whenever a renewal is sent

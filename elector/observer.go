@@ -44,6 +44,7 @@ func (c *Candidate) storeFailed(op string, err error) {
 		if l != nil {
 			c.log().Error("the store went back in time: giving up the lease, which stops admission, and campaigning anew",
 				zap.String("self", c.cfg.ID), zap.String("op", op), zap.Error(err))
+			l.rewound.Store(true)
 			l.giveUp()
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/caddyleader/caddy-leader/elector"
@@ -59,6 +61,9 @@ type fleetOptions struct {
 	ttl      time.Duration
 	election string
 	ids      []string // instance ids; default node-0, node-1, ...
+	// logs, if set, also receives every node's log, its backend's included; each node's
+	// entries are named by its id.
+	logs zapcore.Core
 }
 
 func startFleet(t *testing.T, cluster *etcdtest.Cluster, o fleetOptions) *fleet {
@@ -72,7 +77,7 @@ func startFleet(t *testing.T, cluster *etcdtest.Cluster, o fleetOptions) *fleet 
 		if i < len(o.ids) {
 			id = o.ids[i]
 		}
-		f.nodes = append(f.nodes, startNode(t, cluster, id, o.ttl, o.election))
+		f.nodes = append(f.nodes, startNode(t, cluster, id, o))
 	}
 	go f.watchdog()
 	t.Cleanup(func() {
@@ -85,7 +90,7 @@ func startFleet(t *testing.T, cluster *etcdtest.Cluster, o fleetOptions) *fleet 
 	return f
 }
 
-func startNode(t *testing.T, cluster *etcdtest.Cluster, id string, ttl time.Duration, election string) *node {
+func startNode(t *testing.T, cluster *etcdtest.Cluster, id string, o fleetOptions) *node {
 	t.Helper()
 	n := &node{id: id}
 	var endpoints []string
@@ -98,22 +103,27 @@ func startNode(t *testing.T, cluster *etcdtest.Cluster, id string, ttl time.Dura
 		n.proxies = append(n.proxies, p)
 		endpoints = append(endpoints, p.URL())
 	}
-	backend, err := New(Config{Endpoints: endpoints, Prefix: testPrefix, DialTimeout: 2 * time.Second})
+	logger := zaptest.NewLogger(t)
+	if o.logs != nil {
+		logger = zap.New(zapcore.NewTee(logger.Core(), o.logs))
+	}
+	logger = logger.Named(id)
+	backend, err := New(Config{Endpoints: endpoints, Prefix: testPrefix, DialTimeout: 2 * time.Second, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.cand, err = elector.NewCandidate(elector.Config{
 		ID:           id,
 		URL:          "http://" + id + ".test:8080",
-		TTL:          ttl,
+		TTL:          o.ttl,
 		DrainTimeout: 2 * time.Second,
 		Backend:      backend,
-		Logger:       zaptest.NewLogger(t).Named(id),
+		Logger:       logger,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.election = n.cand.Election(election)
+	n.election = n.cand.Election(o.election)
 	n.cand.Start()
 	n.election.Start()
 	t.Cleanup(func() {

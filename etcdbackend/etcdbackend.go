@@ -73,6 +73,7 @@ type Backend struct {
 	// granted remembers the TTL of each lease granted here (elector.LeaseID ->
 	// time.Duration), so that an acknowledgement can live as long as its holder's lease.
 	granted sync.Map
+	revs    revisions // the store's history as this backend has seen it (see rewind.go)
 }
 
 // connectAttempt is one run of clientv3.New; its result is set before done is closed.
@@ -107,7 +108,7 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	b := &Backend{cfg: cfg, tls: effectiveTLS(cfg)}
+	b := &Backend{cfg: cfg, tls: effectiveTLS(cfg), revs: newRevisions()}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -245,10 +246,17 @@ func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID
 	if err != nil {
 		return 0, 0, err
 	}
+	at := b.mark()
 	resp, err := cli.Grant(leaderCtx(ctx), int64(math.Ceil(ttl.Seconds())))
 	if err != nil {
 		return 0, 0, b.describe(err)
 	}
+	// A lease granted by a rewound store is dropped (it expires by itself): the elector
+	// asks again, and that lease belongs to the history later answers are checked against.
+	if err := b.checked(at, resp.ResponseHeader); err != nil {
+		return 0, 0, err
+	}
+	b.leaseFresh()
 	granted := time.Duration(resp.TTL) * time.Second
 	b.granted.Store(elector.LeaseID(resp.ID), granted)
 	return elector.LeaseID(resp.ID), granted, nil
@@ -260,9 +268,19 @@ func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
+	at := b.mark()
+	if b.takeRenewOwed() {
+		return 0, fmt.Errorf("lease %x was granted before: %w", id, errRewoundElsewhere)
+	}
 	resp, err := cli.KeepAliveOnce(leaderCtx(ctx), clientv3.LeaseID(id))
 	if err != nil {
 		return 0, b.describe(mapLeaseErr(err))
+	}
+	// The lease of a snapshot lives on in the restored store, so its renewal succeeds:
+	// only the header tells. Renewals run every TTL/3, so they usually notice first.
+	if err := b.loose(ctx, cli, at, resp.ResponseHeader); err != nil {
+		b.takeRenewOwed() // reported right here
+		return 0, err
 	}
 	return time.Duration(resp.TTL) * time.Second, nil
 }
@@ -273,12 +291,18 @@ func (b *Backend) Revoke(ctx context.Context, id elector.LeaseID) error {
 	if err != nil {
 		return err
 	}
-	_, err = cli.Revoke(leaderCtx(ctx), clientv3.LeaseID(id))
+	at := b.mark()
+	resp, err := cli.Revoke(leaderCtx(ctx), clientv3.LeaseID(id))
 	if err == nil || errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
 		b.granted.Delete(id)
+	}
+	if errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
 		return nil
 	}
-	return b.describe(err)
+	if err != nil {
+		return b.describe(err)
+	}
+	return b.checked(at, resp.Header)
 }
 
 func mapLeaseErr(err error) error {
@@ -295,6 +319,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	if err != nil {
 		return elector.Observation{}, err
 	}
+	at := b.mark()
 	key := b.Key(election)
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -304,12 +329,15 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	if err != nil {
 		return elector.Observation{}, b.describe(mapLeaseErr(err))
 	}
+	if err := b.checked(at, resp.Header); err != nil {
+		return elector.Observation{}, err
+	}
 	rev := resp.Header.Revision
 	if resp.Succeeded {
 		// The put is the transaction's only write, so the key was created at its revision.
-		return elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}}, nil
+		return b.termChecked(at, election, elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}})
 	}
-	return observation(rev, resp.Responses[0].GetResponseRange().GetKvs()), nil
+	return b.termChecked(at, election, observation(rev, resp.Responses[0].GetResponseRange().GetKvs()))
 }
 
 // Observe implements elector.Backend.
@@ -318,11 +346,15 @@ func (b *Backend) Observe(ctx context.Context, election string) (elector.Observa
 	if err != nil {
 		return elector.Observation{}, err
 	}
+	at := b.mark()
 	resp, err := cli.Get(leaderCtx(ctx), b.Key(election))
 	if err != nil {
 		return elector.Observation{}, b.describe(err)
 	}
-	return observation(resp.Header.Revision, resp.Kvs), nil
+	if err := b.checked(at, resp.Header); err != nil {
+		return elector.Observation{}, err
+	}
+	return b.termChecked(at, election, observation(resp.Header.Revision, resp.Kvs))
 }
 
 func observation(rev int64, kvs []*mvccpb.KeyValue) elector.Observation {
@@ -342,12 +374,12 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	go func() {
 		defer close(out)
 		watchKey(ctx, b, b.Key(election), afterRev, out,
-			func(ev *clientv3.Event) elector.Observation {
+			func(at mark, ev *clientv3.Event) (elector.Observation, error) {
 				o := elector.Observation{Revision: ev.Kv.ModRevision}
 				if ev.Type == clientv3.EventTypePut {
 					o.Holder = holder(ev.Kv)
 				}
-				return o
+				return b.termChecked(at, election, o)
 			},
 			func(err error) elector.Observation { return elector.Observation{Err: err} })
 	}()
@@ -355,10 +387,10 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 }
 
 // watchKey sends each change of key after revision afterRev to out, converted by change,
-// until ctx ends or the watch breaks; then it sends broken(the reason) and returns. It
-// returns false if ctx ended first.
+// until ctx ends or the watch breaks (or change, given the watch's mark, fails); then it
+// sends broken(the reason) and returns. It returns false if ctx ended first.
 func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64, out chan<- T,
-	change func(*clientv3.Event) T, broken func(error) T) bool {
+	change func(mark, *clientv3.Event) (T, error), broken func(error) T) bool {
 	send := func(v T) bool {
 		select {
 		case out <- v:
@@ -371,20 +403,45 @@ func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64
 	if err != nil {
 		return send(broken(err))
 	}
-	for resp := range cli.Watch(leaderCtx(ctx), key, clientv3.WithRev(afterRev+1)) {
-		if err := resp.Err(); err != nil {
-			return send(broken(b.describe(err)))
+	at := b.mark()
+	rewound, err := b.watchStart(afterRev)
+	if err != nil {
+		return send(broken(err))
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changes := cli.Watch(leaderCtx(wctx), key, clientv3.WithRev(afterRev+1))
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case <-rewound:
+			// A watch resumed on a rewound store waits for a revision of the old history
+			// and may never hear of anything again: it is given up, and read anew.
+			return send(broken(errRewoundElsewhere))
+		case resp, ok = <-changes:
+		}
+		switch {
+		case !ok && ctx.Err() != nil:
+			return false
+		case !ok:
+			return send(broken(errors.New("etcd watch closed")))
+		case resp.Err() != nil:
+			return send(broken(b.describe(resp.Err())))
+		}
+		if err := b.loose(ctx, cli, at, resp.Header); err != nil {
+			return send(broken(err))
 		}
 		for _, ev := range resp.Events {
-			if !send(change(ev)) {
+			v, err := change(at, ev)
+			if err != nil {
+				return send(broken(err))
+			}
+			if !send(v) {
 				return false
 			}
 		}
 	}
-	if ctx.Err() != nil {
-		return false
-	}
-	return send(broken(errors.New("etcd watch closed")))
 }
 
 // Update implements elector.Backend: put the new value only if the key is still the same
@@ -394,6 +451,7 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if err != nil {
 		return false, err
 	}
+	at := b.mark()
 	key := b.Key(election)
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
@@ -401,6 +459,9 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 		Commit()
 	if err != nil {
 		return false, b.describe(err)
+	}
+	if err := b.checked(at, resp.Header); err != nil {
+		return false, err
 	}
 	return resp.Succeeded, nil
 }
@@ -412,16 +473,20 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 	if err != nil {
 		return err
 	}
+	at := b.mark()
 	key := b.Key(election)
 	ack, err := b.acknowledgement(ctx, cli, election, token, lease)
 	if err != nil {
 		return err
 	}
-	_, err = cli.Txn(leaderCtx(ctx)).
+	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
 		Then(clientv3.OpDelete(key), ack).
 		Commit()
-	return b.describe(err)
+	if err != nil {
+		return b.describe(err)
+	}
+	return b.checked(at, resp.Header)
 }
 
 // Close implements elector.Backend. It ends a connect in progress and waits for it.

@@ -30,9 +30,13 @@ func (b *Backend) Announce(ctx context.Context, election, id string, lease elect
 	if err != nil {
 		return err
 	}
+	at := b.mark()
 	key := b.candidatesPrefix(election) + id + "/" + strconv.FormatInt(int64(lease), 16)
-	_, err = cli.Put(leaderCtx(ctx), key, id, clientv3.WithLease(clientv3.LeaseID(lease)))
-	return b.describe(mapLeaseErr(err))
+	resp, err := cli.Put(leaderCtx(ctx), key, id, clientv3.WithLease(clientv3.LeaseID(lease)))
+	if err != nil {
+		return b.describe(mapLeaseErr(err))
+	}
+	return b.checked(at, resp.Header)
 }
 
 // Candidates implements elector.Backend.
@@ -41,10 +45,14 @@ func (b *Backend) Candidates(ctx context.Context, election string) ([]string, er
 	if err != nil {
 		return nil, err
 	}
+	at := b.mark()
 	prefix := b.candidatesPrefix(election)
 	resp, err := cli.Get(leaderCtx(ctx), prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, b.describe(err)
+	}
+	if err := b.checked(at, resp.Header); err != nil {
+		return nil, err
 	}
 	ids := make([]string, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -62,12 +70,19 @@ func (b *Backend) SetIntent(ctx context.Context, election string, value []byte, 
 	if err != nil {
 		return err
 	}
+	at := b.mark()
 	lease, err := cli.Grant(leaderCtx(ctx), int64(math.Ceil(ttl.Seconds())))
 	if err != nil {
 		return b.describe(err)
 	}
-	_, err = cli.Put(leaderCtx(ctx), b.intentKey(election), string(value), clientv3.WithLease(lease.ID))
-	return b.describe(err)
+	if err := b.checked(at, lease.ResponseHeader); err != nil {
+		return err
+	}
+	resp, err := cli.Put(leaderCtx(ctx), b.intentKey(election), string(value), clientv3.WithLease(lease.ID))
+	if err != nil {
+		return b.describe(err)
+	}
+	return b.checked(at, resp.Header)
 }
 
 // ClearIntent implements elector.Backend. It revokes the intent's own lease, which deletes
@@ -78,17 +93,24 @@ func (b *Backend) ClearIntent(ctx context.Context, election string) error {
 	if err != nil {
 		return err
 	}
+	at := b.mark()
 	key := b.intentKey(election)
 	resp, err := cli.Get(leaderCtx(ctx), key)
 	if err != nil {
 		return b.describe(err)
 	}
+	if err := b.checked(at, resp.Header); err != nil {
+		return err
+	}
 	if len(resp.Kvs) > 0 && resp.Kvs[0].Lease != 0 {
 		// A newer intent set meanwhile has a lease of its own and stays.
 		return b.Revoke(ctx, elector.LeaseID(resp.Kvs[0].Lease))
 	}
-	_, err = cli.Delete(leaderCtx(ctx), key)
-	return b.describe(err)
+	del, err := cli.Delete(leaderCtx(ctx), key)
+	if err != nil {
+		return b.describe(err)
+	}
+	return b.checked(at, del.Header)
 }
 
 // WatchIntent implements elector.Backend.
@@ -102,10 +124,16 @@ func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elect
 			watchKeyFailed(ctx, out, broken(err))
 			return
 		}
+		at := b.mark()
 		key := b.intentKey(election)
 		resp, err := cli.Get(leaderCtx(ctx), key)
+		if err == nil {
+			err = b.checked(at, resp.Header)
+		} else {
+			err = b.describe(err)
+		}
 		if err != nil {
-			watchKeyFailed(ctx, out, broken(b.describe(err)))
+			watchKeyFailed(ctx, out, broken(err))
 			return
 		}
 		current := elector.IntentChange{}
@@ -118,11 +146,11 @@ func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elect
 			return
 		}
 		watchKey(ctx, b, key, resp.Header.Revision, out,
-			func(ev *clientv3.Event) elector.IntentChange {
+			func(_ mark, ev *clientv3.Event) (elector.IntentChange, error) {
 				if ev.Type == clientv3.EventTypePut {
-					return elector.IntentChange{Value: ev.Kv.Value}
+					return elector.IntentChange{Value: ev.Kv.Value}, nil
 				}
-				return elector.IntentChange{}
+				return elector.IntentChange{}, nil
 			}, broken)
 	}()
 	return out
@@ -150,9 +178,13 @@ func (b *Backend) acknowledgement(ctx context.Context, cli *clientv3.Client, ele
 	if granted, ok := b.granted.Load(holder); ok {
 		ttl = granted.(time.Duration)
 	}
+	at := b.mark()
 	resp, err := cli.Grant(leaderCtx(ctx), int64(math.Ceil(ttl.Seconds())))
 	if err != nil {
 		return clientv3.Op{}, b.describe(err)
+	}
+	if err := b.checked(at, resp.ResponseHeader); err != nil {
+		return clientv3.Op{}, err
 	}
 	return clientv3.OpPut(b.releasedKey(election, token), "", clientv3.WithLease(resp.ID)), nil
 }
@@ -171,8 +203,12 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	if err != nil {
 		return err
 	}
-	_, err = cli.Do(leaderCtx(ctx), ack)
-	return b.describe(err)
+	at := b.mark()
+	resp, err := cli.Do(leaderCtx(ctx), ack)
+	if err != nil {
+		return b.describe(err)
+	}
+	return b.checked(at, resp.Put().Header)
 }
 
 // Released implements elector.Backend. It consumes the acknowledgement: only the successor
@@ -184,9 +220,13 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 	if err != nil {
 		return false, err
 	}
+	at := b.mark()
 	resp, err := cli.Delete(leaderCtx(ctx), b.releasedKey(election, token))
 	if err != nil {
 		return false, b.describe(err)
+	}
+	if err := b.checked(at, resp.Header); err != nil {
+		return false, err
 	}
 	if resp.Deleted > 0 || lease == 0 {
 		return resp.Deleted > 0, nil
@@ -197,6 +237,9 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 			return true, nil
 		}
 		return false, b.describe(err)
+	}
+	if err := b.loose(ctx, cli, at, ttl.ResponseHeader); err != nil {
+		return false, err
 	}
 	// Only a lease the store no longer knows (TTL -1) is gone. The remaining TTL is
 	// truncated to whole seconds, so 0 means "less than a second left", not "expired": the

@@ -330,13 +330,7 @@ func (c *Cluster) agreedLeader() (int, bool) {
 // and presents the client certificate; with authentication on, it is root.
 func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	var eps []string
-	for _, i := range c.runningIndexes() {
-		eps = append(eps, c.Endpoint(i))
-	}
-	if len(eps) == 0 {
-		t.Fatalf("etcdtest: client: no member is running")
-	}
+	eps := c.runningEndpoints(t, "client")
 	cli, err := c.newClient(eps)
 	if err != nil {
 		t.Fatalf("etcdtest: client: %v", err)
@@ -408,6 +402,11 @@ func (c *Cluster) enableAuth() error {
 // newClient is a client of this cluster: with its client certificate on a
 // TLS cluster, and logged in as root once authentication is on.
 func (c *Cluster) newClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(c.clientConfig(endpoints))
+}
+
+// clientConfig is the config of the cluster's own clients on endpoints.
+func (c *Cluster) clientConfig(endpoints []string) clientv3.Config {
 	cfg := clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
@@ -417,12 +416,25 @@ func (c *Cluster) newClient(endpoints []string) (*clientv3.Client, error) {
 	if c.authOn {
 		cfg.Username, cfg.Password = "root", c.opts.RootPassword
 	}
-	return clientv3.New(cfg)
+	return cfg
 }
 
 // newClient is a plain client, for a cluster started without Options.
 func newClient(endpoints []string) (*clientv3.Client, error) {
 	return (&Cluster{}).newClient(endpoints)
+}
+
+// runningEndpoints are the client URLs of the running members; there must be one, for what.
+func (c *Cluster) runningEndpoints(t testing.TB, what string) []string {
+	t.Helper()
+	var eps []string
+	for _, i := range c.runningIndexes() {
+		eps = append(eps, c.Endpoint(i))
+	}
+	if len(eps) == 0 {
+		t.Fatalf("etcdtest: %s: no member is running", what)
+	}
+	return eps
 }
 
 func (c *Cluster) runningIndexes() []int {
@@ -491,10 +503,20 @@ func (c *Cluster) linearizableRead(ctx context.Context, endpoint string) error {
 	}
 }
 
-// stopAll stops non-leaders first: a leader stopped last finds no peer to
-// hand leadership to and closes at once, instead of waiting out a transfer
-// to a peer that is itself going away.
+// stopAll stops every member and closes their fronts, for good.
 func (c *Cluster) stopAll() {
+	c.stopMembers()
+	for _, m := range c.members {
+		if m.front != nil {
+			m.front.close()
+		}
+	}
+}
+
+// stopMembers stops non-leaders first: a leader stopped last finds no peer
+// to hand leadership to and closes at once, instead of waiting out a
+// transfer to a peer that is itself going away.
+func (c *Cluster) stopMembers() {
 	c.mu.Lock()
 	var order []int
 	lead := -1
@@ -513,10 +535,5 @@ func (c *Cluster) stopAll() {
 	}
 	for _, i := range order {
 		c.stop(i)
-	}
-	for _, m := range c.members {
-		if m.front != nil {
-			m.front.close()
-		}
 	}
 }
