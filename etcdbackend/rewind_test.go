@@ -87,7 +87,12 @@ func TestRestoredEtcd(t *testing.T) {
 			if rev := storeRevision(t, cli); (rev < lastRev) != tt.revisionBack {
 				t.Fatalf("revision %d after the restore, %d before: the restore is not the one this case is about", rev, lastRev)
 			}
-			waitFor(t, 3*ttl, "the leader of before the restore to stop admitting", func() bool { return !second.leading() })
+			// The leader of before the restore must stop admitting under its term, which the
+			// restored store does not have. With the revision bumped it may win the next term
+			// itself (once the snapshot's stale term is gone, it may be first to campaign).
+			waitFor(t, 3*ttl, "the leader of before the restore to stop admitting under its term", func() bool {
+				return !second.leading() || second.election.Term().Token != secondToken
+			})
 			stopped := time.Now()
 			leader, token := waitTerm(t, f, cli, 3*ttl, firstToken, secondToken)
 			agreed := time.Now()
@@ -122,7 +127,7 @@ func TestRestoredEtcd(t *testing.T) {
 				reason, _ := e.ContextMap()["reason"].(string)
 				return strings.Contains(reason, "went backwards")
 			})
-			if lost.Len() == 0 {
+			if lost.Len() == 0 && tt.revisionBack {
 				t.Errorf("%s, leader before the restore, did not give its lease up for the rewind: %v", second.id, errs.All())
 			}
 			t.Logf("terms: %d (snapshot), %d (before the restore, last revision %d), %d (after, led by %s)",
