@@ -34,6 +34,7 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/etcdbackend"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	fleetpkg "github.com/caddyleader/caddy-leader/internal/fleet"
 )
 
 var (
@@ -203,30 +204,16 @@ func leaders(fleet []*candidate, name string) []*candidate {
 // candidate names it with the same token.
 func waitAgreed(t *testing.T, fleet []*candidate, name string, within time.Duration) (*candidate, int64) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if ls := leaders(fleet, name); len(ls) == 1 {
-			lt := ls[0].elections[name].Term()
-			agree := true
-			for _, c := range fleet {
-				if c.dead {
-					continue
-				}
-				ct := c.elections[name].Term()
-				if ct.Leader.ID != ls[0].id || ct.Token != lt.Token {
-					agree = false
-					break
-				}
-			}
-			if agree {
-				return ls[0], lt.Token
-			}
+	var live []*candidate
+	var elections []*elector.Election
+	for _, c := range fleet {
+		if !c.dead {
+			live = append(live, c)
+			elections = append(elections, c.elections[name])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("election %s: no leader agreed on by every live candidate within %v (leading now: %d)", name, within, len(leaders(fleet, name)))
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	i, token := fleetpkg.WaitAgreed(t, within, elections)
+	return live[i], token
 }
 
 // waitNewLeader polls every live candidate's per-request check each millisecond until one
