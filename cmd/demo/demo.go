@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -82,6 +83,8 @@ func newDemo(m mode, ci bool) *demo {
 	return d
 }
 
+var digits = regexp.MustCompile(`^[0-9]+$`)
+
 func die(msg string) {
 	fmt.Fprintf(os.Stderr, "demo: %s\n", msg)
 	os.Exit(1)
@@ -111,9 +114,9 @@ func (d *demo) readCaddyfile() {
 			follower = f[1]
 		}
 	}
-	secs, ok := strings.CutSuffix(ttl, "s")
-	n := 0
-	if _, err := fmt.Sscanf(secs, "%d", &n); !ok || err != nil || !regexp.MustCompile(`^[0-9]+$`).MatchString(secs) {
+	secs, _ := strings.CutSuffix(ttl, "s")
+	n, err := strconv.Atoi(secs)
+	if err != nil || !digits.MatchString(secs) {
 		die(caddyfile + ": cannot read a ttl in whole seconds (like 'ttl 3s') from it")
 	}
 	d.ttl = time.Duration(n) * time.Second
@@ -152,13 +155,8 @@ func (d *demo) busyPort(base int) int {
 
 func (d *demo) pickPorts() {
 	if s := os.Getenv("DEMO_PORT_BASE"); s != "" {
-		base := 0
-		if !regexp.MustCompile(`^[0-9]+$`).MatchString(s) {
-			base = -1
-		} else if _, err := fmt.Sscanf(s, "%d", &base); err != nil {
-			base = -1
-		}
-		if base < 1024 || base > 65500 {
+		base, err := strconv.Atoi(s)
+		if err != nil || !digits.MatchString(s) || base < 1024 || base > 65500 {
 			die(fmt.Sprintf("DEMO_PORT_BASE=%s is not a port number between 1024 and 65500", s))
 		}
 		if busy := d.busyPort(base); busy != 0 {
@@ -292,7 +290,7 @@ func (d *demo) exit(code int) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if d.writer != nil {
-			d.writer.stop()
+			d.writer.halt()
 		}
 		var nodes []*fleet.Process
 		for _, p := range d.node {

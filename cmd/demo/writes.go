@@ -45,9 +45,12 @@ func (d *demo) startWrites(nodes ...int) *writer {
 	return w
 }
 
+// halt tells the writer to send no more requests, without waiting for it.
+func (w *writer) halt() { w.once.Do(func() { close(w.quit) }) }
+
 // stop ends the writer, waiting for the request in flight (hold, then the 5s timeout).
 func (w *writer) stop() {
-	w.once.Do(func() { close(w.quit) })
+	w.halt()
 	select {
 	case <-w.done:
 	case <-time.After(12 * time.Second):
