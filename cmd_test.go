@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/freeport"
 )
 
 // TestLeaderCommand runs the `caddy leader` subcommands against the admin API of a Caddy
@@ -22,7 +23,7 @@ func TestLeaderCommand(t *testing.T) {
 		t.Skip("starts etcd and Caddy")
 	}
 	cluster := etcdtest.Start(t, 1)
-	adminPort := freePort(t)
+	adminPort := freeport.MustPick(t, 1)[0]
 	admin := fmt.Sprintf("127.0.0.1:%d", adminPort)
 	config := fmt.Sprintf(`{
 		"admin": {"listen": %q},
@@ -129,7 +130,7 @@ func TestLeaderCommand(t *testing.T) {
 	})
 
 	t.Run("no_admin_api_is_an_error", func(t *testing.T) {
-		if err := leaderStatus(new(bytes.Buffer), fmt.Sprintf("127.0.0.1:%d", freePort(t)), false); err == nil {
+		if err := leaderStatus(new(bytes.Buffer), fmt.Sprintf("127.0.0.1:%d", freeport.MustPick(t, 1)[0]), false); err == nil {
 			t.Error("status against a closed port succeeded")
 		}
 	})

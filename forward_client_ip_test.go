@@ -3,6 +3,7 @@ package caddyleader
 import (
 	"context"
 	"fmt"
+	"github.com/caddyleader/caddy-leader/internal/freeport"
 	"io"
 	"net"
 	"net/http"
@@ -24,7 +25,8 @@ func TestForwardedClientIP(t *testing.T) {
 	}
 	cluster := etcdtest.Start(t, 1)
 	const prefix = "/client-ip-test/"
-	follower, trusting, notTrusting := freePort(t), freePort(t), freePort(t)
+	ports := freeport.MustPick(t, 3)
+	follower, trusting, notTrusting := ports[0], ports[1], ports[2]
 	leaderURL := func(port int) string { return fmt.Sprintf("http://127.0.0.1:%d", port) }
 	for election, port := range map[string]int{"trusted": trusting, "untrusted": notTrusting} {
 		l := startInstanceUnder(t, cluster.Endpoints(), prefix, "leader-"+election, leaderURL(port), election, 3*time.Second, false)

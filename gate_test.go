@@ -17,6 +17,7 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/etcdbackend"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/fleet"
 )
 
 // testInstance is one candidate with a clock that a test can move forward, as if the
@@ -57,18 +58,8 @@ func startInstanceUnder(t testing.TB, endpoints []string, prefix, id, url, elect
 	if skewable {
 		cfg.Now = inst.now
 	}
-	cand, err := elector.NewCandidate(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst.election = cand.Election(election)
-	cand.Start()
-	inst.election.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = cand.Close(ctx)
-	})
+	_, es := fleet.StartCandidate(t, cfg, election)
+	inst.election = es[0]
 	return inst
 }
 
@@ -78,20 +69,10 @@ func leaderAndFollower(t testing.TB, endpoints []string, election string, skewab
 	t.Helper()
 	a := startInstance(t, endpoints, "a", election, 3*time.Second, skewable)
 	b := startInstance(t, endpoints, "b", election, 3*time.Second, skewable)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		_, aLeads := a.election.Check()
-		_, bLeads := b.election.Check()
-		switch {
-		case aLeads && b.election.Term().Leader.ID == "a":
-			return a, b
-		case bLeads && a.election.Term().Leader.ID == "b":
-			return b, a
-		}
-		time.Sleep(5 * time.Millisecond)
+	if i, _ := fleet.WaitAgreed(t, 10*time.Second, []*elector.Election{a.election, b.election}); i == 1 {
+		return b, a
 	}
-	t.Fatal("no leader elected")
-	return nil, nil
+	return a, b
 }
 
 func newGate(t testing.TB, g Gate, e *elector.Election) *Gate {

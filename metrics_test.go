@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/freeport"
 )
 
 func init() {
@@ -62,16 +62,6 @@ func waitEvent(t *testing.T, name string) caddy.Event {
 	return caddy.Event{}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // metric reads one sample from the admin endpoint's /metrics; -1 when it is absent.
 func metric(t *testing.T, adminPort int, series string) float64 {
 	t.Helper()
@@ -105,7 +95,8 @@ func TestMetricsAndEvents(t *testing.T) {
 	// Counters are process-wide and keep counting; a fresh election starts them at zero.
 	election := fmt.Sprintf("metrics%d", metricsRuns.Add(1))
 	cluster := etcdtest.Start(t, 1)
-	adminPort, httpPort := freePort(t), freePort(t)
+	ports := freeport.MustPick(t, 2)
+	adminPort, httpPort := ports[0], ports[1]
 	config := func(body string) []byte {
 		return []byte(fmt.Sprintf(`{
 			"admin": {"listen": "127.0.0.1:%d"},

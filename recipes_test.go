@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/caddyleader/caddy-leader/internal/freeport"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -161,7 +162,7 @@ func TestHealthStatusRecipe(t *testing.T) {
 	t.Setenv("HOSTNAME", "health-node")
 
 	cf, _ := readGolden(t, filepath.Join(goldenAdaptDir, "recipe_health_status.caddyfiletest"))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", freeport.MustPick(t, 1)[0])
 	cf = mustReplace(t, cf, "http://:8081 {", "http://"+addr+" {")
 	cf = mustReplace(t, cf, "instance_id {$HOSTNAME}\n", "instance_id {$HOSTNAME}\n\t\tttl 2s\n")
 	cf = mustReplace(t, cf, "{\n\tleader {", "{\n\tadmin off\n\tpersist_config off\n\tleader {")

@@ -310,13 +310,13 @@ run() {
 }
 
 # Builds what the demo runs, only if it is missing or out of date, then hands over to
-# demo/demo.sh, which starts, walks through and stops everything.
+# cmd/demo, which starts, walks through and stops everything.
 demo() {
 	local arg
 	for arg in "$@"; do
 		case $arg in
 		--ci | --keep | --manual) ;;
-		help | -h | --help) exec bash demo/demo.sh --help ;;
+		help | -h | --help) exec go run ./cmd/demo --help ;;
 		*) die "demo: unknown option '$arg' (see ./xcaddy.sh demo --help)" ;;
 		esac
 	done
@@ -324,7 +324,7 @@ demo() {
 		build
 	fi
 	build_etcd_local ./etcd-local
-	exec bash demo/demo.sh "$@"
+	exec go run ./cmd/demo "$@"
 }
 
 main() {

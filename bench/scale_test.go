@@ -34,6 +34,7 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/etcdbackend"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	fleetpkg "github.com/caddyleader/caddy-leader/internal/fleet"
 )
 
 var (
@@ -98,7 +99,7 @@ func TestScale(t *testing.T) {
 	before := scrape(t, members)
 	changes := watchStable(t, fleet, []string{electionName(0)}, *scaleStable)
 	after := scrape(t, members)
-	report(t, fmt.Sprintf("one election, %d candidates, window %v", n, *scaleStable), before, after, *scaleStable, n, ttl)
+	report(t, fmt.Sprintf("one election, %d candidates, window %v", n, *scaleStable), before, after, *scaleStable, n, 1, ttl)
 	if changes > 0 {
 		t.Errorf("%d leadership changes in a steady %v", changes, *scaleStable)
 	}
@@ -140,7 +141,7 @@ func TestScale(t *testing.T) {
 	before = scrape(t, members)
 	changes = watchStable(t, fleet, elections, *scaleWindow)
 	after = scrape(t, members)
-	report(t, fmt.Sprintf("%d elections, %d live candidates, window %v", len(elections), live(fleet), *scaleWindow), before, after, *scaleWindow, live(fleet), ttl)
+	report(t, fmt.Sprintf("%d elections, %d live candidates, window %v", len(elections), live(fleet), *scaleWindow), before, after, *scaleWindow, live(fleet), len(elections), ttl)
 	if changes > 0 {
 		t.Errorf("%d leadership changes in a steady %v", changes, *scaleWindow)
 	}
@@ -203,30 +204,16 @@ func leaders(fleet []*candidate, name string) []*candidate {
 // candidate names it with the same token.
 func waitAgreed(t *testing.T, fleet []*candidate, name string, within time.Duration) (*candidate, int64) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if ls := leaders(fleet, name); len(ls) == 1 {
-			lt := ls[0].elections[name].Term()
-			agree := true
-			for _, c := range fleet {
-				if c.dead {
-					continue
-				}
-				ct := c.elections[name].Term()
-				if ct.Leader.ID != ls[0].id || ct.Token != lt.Token {
-					agree = false
-					break
-				}
-			}
-			if agree {
-				return ls[0], lt.Token
-			}
+	var live []*candidate
+	var elections []*elector.Election
+	for _, c := range fleet {
+		if !c.dead {
+			live = append(live, c)
+			elections = append(elections, c.elections[name])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("election %s: no leader agreed on by every live candidate within %v (leading now: %d)", name, within, len(leaders(fleet, name)))
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	i, token := fleetpkg.WaitAgreed(t, within, elections)
+	return live[i], token
 }
 
 // waitNewLeader polls every live candidate's per-request check each millisecond until one
@@ -358,9 +345,10 @@ func label(line, name string) string {
 	return rest[:strings.IndexByte(rest, '"')]
 }
 
-// report logs the rate of every counter that moved, and checks that the only unary or
-// stream requests are lease renewals, at about one per candidate per ttl/3.
-func report(t *testing.T, what string, before, after counts, window time.Duration, candidates int, ttl time.Duration) {
+// report logs the rate of every counter that moved, and checks that the only requests are
+// lease renewals, at about one per candidate per ttl/3, and the leaders' heartbeats: one
+// guarded rewrite of each election's key per renewal of its leader's lease.
+func report(t *testing.T, what string, before, after counts, window time.Duration, candidates, elections int, ttl time.Duration) {
 	t.Helper()
 	var keys []string
 	for k, v := range after {
@@ -370,23 +358,31 @@ func report(t *testing.T, what string, before, after counts, window time.Duratio
 	}
 	sort.Strings(keys)
 	secs := window.Seconds()
-	expected := float64(candidates) / (ttl / 3).Seconds()
-	t.Logf("RESULT etcd counters per second, whole cluster (%s); expected renewals: %d candidates / (ttl/3) = %.1f/s", what, candidates, expected)
+	renewals := float64(candidates) / (ttl / 3).Seconds()
+	heartbeats := float64(elections) / (ttl / 3).Seconds()
+	t.Logf("RESULT etcd counters per second, whole cluster (%s); expected renewals: %d candidates / (ttl/3) = %.1f/s, heartbeats: %d elections / (ttl/3) = %.1f/s",
+		what, candidates, renewals, elections, heartbeats)
 	for _, k := range keys {
 		t.Logf("RESULT   %-50s %8.2f/s  (%.0f in %v)", k, (after[k]-before[k])/secs, after[k]-before[k], window)
 	}
-	// The elector renews with KeepAliveOnce: one LeaseKeepAlive stream per renewal.
-	for _, k := range []string{"grpc_server_started_total LeaseKeepAlive", "etcd_debugging_lease_renewed_total"} {
+	within := func(k string, expected float64) {
 		if rate := (after[k] - before[k]) / secs; rate < 0.8*expected || rate > 1.2*expected {
 			t.Errorf("%s: %.1f per second, want about %.1f", k, rate, expected)
 		}
 	}
-	// Nothing else: no reads, writes, grants or revokes while nothing changes.
+	// The elector renews with KeepAliveOnce: one LeaseKeepAlive stream per renewal; each
+	// leader rewrites its key in one transaction (a put) with each renewal.
+	within("grpc_server_started_total LeaseKeepAlive", renewals)
+	within("etcd_debugging_lease_renewed_total", renewals)
+	within("grpc_server_started_total Txn", heartbeats)
+	within("etcd_mvcc_put_total", heartbeats)
+	// Nothing else: no reads, deletes, grants or revokes while nothing changes.
 	for _, k := range keys {
 		switch {
-		case strings.HasPrefix(k, "grpc_server_started_total ") && k != "grpc_server_started_total LeaseKeepAlive",
-			strings.HasPrefix(k, "etcd_mvcc_"), k == "etcd_debugging_lease_granted_total", k == "etcd_debugging_lease_revoked_total":
-			t.Errorf("%s went up by %v in a steady window; the fleet should only renew leases", k, after[k]-before[k])
+		case strings.HasPrefix(k, "grpc_server_started_total ") && k != "grpc_server_started_total LeaseKeepAlive" && k != "grpc_server_started_total Txn",
+			k == "etcd_mvcc_range_total", k == "etcd_mvcc_delete_total",
+			k == "etcd_debugging_lease_granted_total", k == "etcd_debugging_lease_revoked_total":
+			t.Errorf("%s went up by %v in a steady window; the fleet should only renew leases and beat", k, after[k]-before[k])
 		}
 	}
 }

@@ -190,14 +190,12 @@ func waitPolled(t *testing.T, p *Poller, ins []*Instance) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		p.mu.Lock()
 		ok := true
 		for _, in := range ins {
-			if p.answered[in] == 0 {
+			if p.Answered(in) == 0 {
 				ok = false
 			}
 		}
-		p.mu.Unlock()
 		if ok {
 			return
 		}

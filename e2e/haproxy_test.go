@@ -205,7 +205,7 @@ func (f *recipeFleet) checkLameDuck(t *testing.T, old *Instance) (problems []str
 	t.Helper()
 	running := func(what string) bool {
 		select {
-		case <-old.exited:
+		case <-old.Process().Exited():
 			problems = append(problems, fmt.Sprintf("%s exited before %s: no lame-duck period", old, what))
 			return false
 		default:

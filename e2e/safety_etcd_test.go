@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/caddyleader/caddy-leader/internal/fleet"
 	"github.com/caddyleader/caddy-leader/internal/freeport"
 )
 
@@ -55,12 +56,7 @@ func buildEtcdLocal(t *testing.T) string {
 	t.Helper()
 	etcdLocalOnce.Do(func() {
 		etcdLocalBin = filepath.Join(filepath.Dir(caddyBin), "etcd-local")
-		cmd := exec.Command("go", "build", "-o", etcdLocalBin, "github.com/caddyleader/caddy-leader/cmd/etcd-local")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			etcdLocalErr = fmt.Errorf("go build cmd/etcd-local: %v\n%s", err, out.Bytes())
-		}
+		etcdLocalErr = fleet.BuildEtcdLocal(etcdLocalBin)
 	})
 	if etcdLocalErr != nil {
 		t.Fatal(etcdLocalErr)

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
 	"github.com/caddyleader/caddy-leader/internal/faultproxy"
+	fleetpkg "github.com/caddyleader/caddy-leader/internal/fleet"
 )
 
 const testPrefix = "/caddy-leader-test/"
@@ -112,26 +113,16 @@ func startNode(t *testing.T, cluster *etcdtest.Cluster, id string, o fleetOption
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.cand, err = elector.NewCandidate(elector.Config{
+	cands, es := fleetpkg.StartCandidate(t, elector.Config{
 		ID:           id,
 		URL:          "http://" + id + ".test:8080",
 		TTL:          o.ttl,
 		DrainTimeout: 2 * time.Second,
 		Backend:      backend,
 		Logger:       logger,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.election = n.cand.Election(o.election)
-	n.cand.Start()
-	n.election.Start()
-	t.Cleanup(func() {
-		n.heal()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = n.cand.Close(ctx)
-	})
+	}, o.election)
+	n.cand, n.election = cands, es[0]
+	t.Cleanup(n.heal) // before the candidate closes: cleanups run last first
 	return n
 }
 
@@ -170,37 +161,12 @@ func (f *fleet) waitLeader(within time.Duration, nodes ...*node) (*node, int64) 
 	if len(nodes) == 0 {
 		nodes = f.nodes
 	}
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		var leader *node
-		count := 0
-		for _, n := range nodes {
-			if n.leading() {
-				leader = n
-				count++
-			}
-		}
-		if count == 1 {
-			tok := leader.election.Term().Token
-			agreed := true
-			for _, n := range nodes {
-				t := n.election.Term()
-				if t.Leader.ID != leader.id || t.Token != tok {
-					agreed = false
-				}
-			}
-			if agreed {
-				return leader, tok
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
+	elections := make([]*elector.Election, len(nodes))
+	for i, n := range nodes {
+		elections[i] = n.election
 	}
-	for _, n := range nodes {
-		t := n.election.Term()
-		f.t.Logf("%s: leading=%v leader=%q token=%d reason=%q", n.id, n.leading(), t.Leader.ID, t.Token, t.Reason)
-	}
-	f.t.Fatalf("no single agreed leader within %s", within)
-	return nil, 0
+	i, token := fleetpkg.WaitAgreed(f.t, within, elections)
+	return nodes[i], token
 }
 
 // waitNewLeader waits for a leader among nodes other than old, and returns when it was

@@ -27,6 +27,7 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
 	"github.com/caddyleader/caddy-leader/internal/faultproxy"
+	fleetpkg "github.com/caddyleader/caddy-leader/internal/fleet"
 )
 
 const (
@@ -91,21 +92,15 @@ func startSecureNode(t *testing.T, id string, ttl time.Duration, cfg Config) *se
 		t.Fatalf("New: %v", err)
 	}
 	n := &secureNode{backend: &recordingBackend{Backend: b}, logs: logs}
-	n.cand, err = elector.NewCandidate(elector.Config{
+	cand, es := fleetpkg.StartCandidate(t, elector.Config{
 		ID:           id,
 		URL:          "http://" + id + ".test:8080",
 		TTL:          ttl,
 		DrainTimeout: time.Second,
 		Backend:      n.backend,
 		Logger:       logger,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.election = n.cand.Election("default")
-	n.cand.Start()
-	n.election.Start()
-	t.Cleanup(func() { n.close(t) })
+	}, "default")
+	n.cand, n.election = cand, es[0]
 	return n
 }
 

@@ -55,6 +55,22 @@ func Pick(n int) ([]int, error) {
 	return ports, nil
 }
 
+// TB is the part of testing.TB that MustPick fails through.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// MustPick is Pick for tests: it fails t when no ports can be found.
+func MustPick(t TB, n int) []int {
+	t.Helper()
+	ports, err := Pick(n)
+	if err != nil {
+		t.Fatalf("free ports: %v", err)
+	}
+	return ports
+}
+
 // Addrs is Pick as "127.0.0.1:PORT" addresses.
 func Addrs(n int) ([]string, error) {
 	ports, err := Pick(n)

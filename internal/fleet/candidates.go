@@ -1,0 +1,81 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// StartCandidate starts an elector candidate with cfg, standing in each of elections, in
+// this process: what a Caddy instance does, without Caddy. It closes the candidate (which
+// resigns) when the test ends, allowing 10s for that.
+func StartCandidate(t T, cfg elector.Config, elections ...string) (*elector.Candidate, []*elector.Election) {
+	t.Helper()
+	cand, err := elector.NewCandidate(cfg)
+	if err != nil {
+		t.Fatalf("candidate %s: %v", cfg.ID, err)
+	}
+	es := make([]*elector.Election, len(elections))
+	for i, name := range elections {
+		es[i] = cand.Election(name)
+	}
+	cand.Start()
+	for _, e := range es {
+		e.Start()
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = cand.Close(ctx)
+	})
+	return cand, es
+}
+
+// WaitAgreed polls the elections (one per candidate, all of the same name) until exactly
+// one of them admits and every one names it as leader with its token, and returns its
+// index and the token. After within it logs every view and fails t.
+func WaitAgreed(t T, within time.Duration, elections []*elector.Election) (int, int64) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if i, token, ok := agreed(elections); ok {
+			return i, token
+		}
+		if time.Now().After(deadline) {
+			var views []string
+			for _, e := range elections {
+				term, leads := e.Check()
+				views = append(views, fmt.Sprintf("%s: leading=%v leader=%q token=%d reason=%q",
+					term.Self, leads, term.Leader.ID, term.Token, term.Reason))
+			}
+			t.Fatalf("election: no single agreed leader within %v; views: %s", within, strings.Join(views, "; "))
+			return -1, 0
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func agreed(elections []*elector.Election) (int, int64, bool) {
+	leader := -1
+	for i, e := range elections {
+		if _, ok := e.Check(); ok {
+			if leader >= 0 {
+				return -1, 0, false
+			}
+			leader = i
+		}
+	}
+	if leader < 0 {
+		return -1, 0, false
+	}
+	lt := elections[leader].Term()
+	for _, e := range elections {
+		if t := e.Term(); t.Leader.ID != lt.Self || t.Token != lt.Token {
+			return -1, 0, false
+		}
+	}
+	return leader, lt.Token, true
+}

@@ -1,0 +1,165 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DefaultTTL is an instance's lease TTL unless its Config says otherwise: etcd's minimum
+// for its default 1s election timeout, so that failovers take seconds.
+const DefaultTTL = 2 * time.Second
+
+// Config is what differs between the configurations the tests give an instance. Ports,
+// instance id and directories come from the instance.
+type Config struct {
+	// Endpoints are the etcd endpoints of the leader app.
+	Endpoints []string
+	// InstanceEndpoints, where it has an entry for an instance's id, replaces Endpoints for
+	// that instance: each instance can reach etcd through proxies of its own.
+	InstanceEndpoints map[string][]string
+	// DrainTimeout is the leader app's drain_timeout as written in JSON; empty leaves the
+	// default.
+	DrainTimeout string
+	// CancelOnLoss sets leader_gate's cancel_on_loss.
+	CancelOnLoss bool
+	// TTL is the leader app's ttl as written in JSON; empty means DefaultTTL.
+	TTL string
+	// Follower is leader_gate's follower mode; empty means reject.
+	Follower string
+	// FollowerStatus is leader_gate's status_code; 0 leaves the default.
+	FollowerStatus int
+	// Variant ends every /gated response body, so that two configs differ harmlessly.
+	Variant string
+	// Hold is leader_gate's hold as written in JSON; empty leaves the default.
+	Hold string
+	// Backend, when set, is the URL of an upstream that admitted /gated requests are
+	// proxied to (instead of a static response), with the serving instance and token in
+	// the X-Served-By and X-Fencing-Token headers. Two more headers time the gate's
+	// decision on the instance that served the request: X-Gate-Entered is set just before
+	// leader_gate runs, X-Admitted-At when the proxy sends the admitted request on (both
+	// `{time.now}`, Go's time.Time format). A Variant is sent as X-Config-Variant.
+	Backend string
+}
+
+// JSON renders c as the complete Caddy configuration of instance in:
+//
+//	/gated*  leader_gate, then 200 "<self> <token> <method> <variant>"
+//	/leader  200 "<self> <token>" where the leader matcher matches, else 503
+//	/health  200 while the instance is a healthy candidate (leader_candidate), else 503
+//	/whoami  200 "<self> <leader id> <token> <is_leader>" after the leader matcher ran
+//	/plain   200 "plain", touching nothing of the plugin (a control for /gated)
+func (c Config) JSON(in *Instance) []byte {
+	ttlText := c.TTL
+	if ttlText == "" {
+		ttlText = DefaultTTL.String()
+	}
+	follower := c.Follower
+	if follower == "" {
+		follower = "reject"
+	}
+	gate := map[string]any{"handler": "leader_gate", "follower": follower}
+	if c.FollowerStatus != 0 {
+		gate["status_code"] = c.FollowerStatus
+	}
+	if c.Hold != "" {
+		gate["hold"] = c.Hold
+	}
+	if c.CancelOnLoss {
+		gate["cancel_on_loss"] = true
+	}
+	endpoints := c.Endpoints
+	if eps, ok := c.InstanceEndpoints[in.ID]; ok {
+		endpoints = eps
+	}
+	respond := func(status int, body string) map[string]any {
+		return map[string]any{"handler": "static_response", "status_code": status, "body": body}
+	}
+	route := func(match []map[string]any, handle ...map[string]any) map[string]any {
+		r := map[string]any{"handle": handle, "terminal": true}
+		if match != nil {
+			r["match"] = match
+		}
+		return r
+	}
+	path := func(p string) []map[string]any { return []map[string]any{{"path": []string{p}}} }
+	leader := []map[string]any{{"leader": map[string]any{}}}
+	subroute := func(routes ...map[string]any) map[string]any {
+		return map[string]any{"handler": "subroute", "routes": routes}
+	}
+	const whoami = "{http.leader.self} {http.leader.id} {http.leader.token} {http.leader.is_leader}"
+	gated := respond(200, "{http.leader.self} {http.leader.token} {http.request.method} "+c.Variant)
+	gatedRoute := route(path("/gated*"), gate, gated)
+	if c.Backend != "" {
+		set := map[string][]string{
+			"X-Served-By":     {"{http.leader.self}"},
+			"X-Fencing-Token": {"{http.leader.token}"},
+			"X-Admitted-At":   {"{time.now}"},
+		}
+		if c.Variant != "" {
+			set["X-Config-Variant"] = []string{c.Variant}
+		}
+		gated = map[string]any{
+			"handler":   "reverse_proxy",
+			"upstreams": []map[string]any{{"dial": strings.TrimPrefix(c.Backend, "http://")}},
+			"headers":   map[string]any{"request": map[string]any{"set": set}},
+		}
+		entered := map[string]any{"handler": "headers", "request": map[string]any{"set": map[string][]string{
+			"X-Gate-Entered": {"{time.now}"},
+		}}}
+		gatedRoute = route(path("/gated*"), entered, gate, gated)
+	}
+
+	leaderApp := map[string]any{
+		"endpoints":   endpoints,
+		"ttl":         ttlText,
+		"instance_id": in.ID,
+		"advertise":   in.URL(),
+	}
+	if c.DrainTimeout != "" {
+		leaderApp["drain_timeout"] = c.DrainTimeout
+	}
+	cfg := map[string]any{
+		"admin": map[string]any{
+			"listen": fmt.Sprintf("127.0.0.1:%d", in.AdminPort),
+			"config": map[string]any{"persist": false},
+		},
+		"storage": map[string]any{"module": "file_system", "root": filepath.Join(in.Dir, "storage")},
+		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "INFO"}}},
+		"apps": map[string]any{
+			"leader": leaderApp,
+			"http": map[string]any{
+				"grace_period": "2s",
+				"servers": map[string]any{
+					"e2e": map[string]any{
+						"listen":          []string{fmt.Sprintf("127.0.0.1:%d", in.HTTPPort)},
+						"automatic_https": map[string]any{"disable": true},
+						"routes": []any{
+							gatedRoute,
+							route(path("/leader"), subroute(
+								route(leader, respond(200, "{http.leader.self} {http.leader.token}")),
+								route(nil, respond(503, "not the leader")),
+							)),
+							route(path("/health"), subroute(
+								route([]map[string]any{{"leader_candidate": map[string]any{}}}, respond(200, "healthy")),
+								route(nil, respond(503, "not a healthy candidate")),
+							)),
+							route(path("/whoami"), subroute(
+								route(leader, respond(200, whoami)),
+								route(nil, respond(200, whoami)),
+							)),
+							route(path("/plain"), respond(200, "plain")),
+						},
+					},
+				},
+			},
+		},
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		panic(err) // maps of strings and numbers always marshal
+	}
+	return b
+}
