@@ -163,5 +163,7 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 		}
 		return false, b.describe(err)
 	}
-	return ttl.TTL <= 0, nil
+	// etcd reports a lease's remaining TTL in whole seconds, rounded down: 0 means less than
+	// a second is left, not that the lease is gone (that is -1), and its holder may still act.
+	return ttl.TTL < 0, nil
 }
