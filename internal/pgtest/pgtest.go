@@ -287,6 +287,13 @@ func (s *Server) QueryInt(t testing.TB, sql string) int64 {
 // port of its own; t.Cleanup stops it.
 func (s *Server) StartReplica(t testing.TB) *Server {
 	t.Helper()
+	return s.StartReplicaVia(t, s.Addr())
+}
+
+// StartReplicaVia is StartReplica for a replica that streams from addr (host:port), a
+// fault proxy in front of s, say, so that a test can make it miss writes.
+func (s *Server) StartReplicaVia(t testing.TB, addr string) *Server {
+	t.Helper()
 	r := newServer(t)
 	s.run(t, filepath.Join(s.bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port),
 		"-U", Superuser, "-D", r.dir, "-R", "-X", "stream", "--no-sync")
@@ -296,6 +303,14 @@ func (s *Server) StartReplica(t testing.TB) *Server {
 	}
 	fmt.Fprintf(f, "\nport = %d\nhot_standby = on\n", r.Port)
 	f.Close()
+	// pg_basebackup -R wrote primary_conninfo to postgresql.auto.conf, which is read last.
+	auto, err := os.OpenFile(filepath.Join(r.dir, "postgresql.auto.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(addr, ":")
+	fmt.Fprintf(auto, "primary_conninfo = 'host=%s port=%s user=%s'\n", host, port, Superuser)
+	auto.Close()
 	r.Start(t)
 	return r
 }
