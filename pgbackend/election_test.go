@@ -26,7 +26,7 @@ func startPGFleet(t *testing.T, target string, ttl time.Duration, election strin
 		Size:     3,
 		TTL:      ttl,
 		Election: election,
-		Backend: func(t *testing.T, i int) elector.Backend {
+		Backend: func(t testing.TB, i int) elector.Backend {
 			p, err := faultproxy.New(target)
 			if err != nil {
 				t.Fatal(err)

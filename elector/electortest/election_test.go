@@ -25,7 +25,7 @@ func fakeFleet(t *testing.T, n int) (*electortest.Fleet, *electortest.Store) {
 	f := electortest.StartFleet(t, electortest.FleetOptions{
 		Size:    n,
 		TTL:     ttl,
-		Backend: func(*testing.T, int) elector.Backend { return s.Client() },
+		Backend: func(testing.TB, int) elector.Backend { return s.Client() },
 		Now:     s.Now,
 	})
 	// Cleanup runs last-in first-out: the store comes back before the candidates close.

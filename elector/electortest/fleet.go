@@ -21,7 +21,7 @@ type FleetOptions struct {
 	// Election is the election's name; "main" if empty.
 	Election string
 	// Backend returns candidate i's own client of the store under test.
-	Backend func(t *testing.T, i int) elector.Backend
+	Backend func(t testing.TB, i int) elector.Backend
 	// Now, if set, is every candidate's clock (the fake store's Now).
 	Now func() time.Time
 }
@@ -42,7 +42,7 @@ func (m *Member) Leading() bool {
 // Fleet is a set of candidates in one election, and a watchdog that fails the test if two
 // of them ever admit at the same moment.
 type Fleet struct {
-	t        *testing.T
+	t        testing.TB
 	Members  []*Member
 	overlaps atomic.Int64
 	stop     chan struct{}
@@ -50,7 +50,7 @@ type Fleet struct {
 }
 
 // StartFleet starts o.Size candidates; t.Cleanup closes them and reports double leadership.
-func StartFleet(t *testing.T, o FleetOptions) *Fleet {
+func StartFleet(t testing.TB, o FleetOptions) *Fleet {
 	t.Helper()
 	if o.Election == "" {
 		o.Election = "main"
