@@ -149,19 +149,6 @@ func TestElection(t *testing.T) {
 		})
 	})
 
-	t.Run("operator_deletes_the_leaders_lease", func(t *testing.T) {
-		f := startPGFleet(t, server.Addr(), ttl, "operator-lease", Config{})
-		leader, token := f.Leader(ttl + 5*time.Second)
-		server.Exec(t, `DELETE FROM caddy_leader_leases WHERE id = (SELECT lease FROM caddy_leader_elections WHERE name = 'operator-lease')`)
-		f.Await("the leader stepping down", ttl, func() bool {
-			return !leader.Leading() || leader.Election.Term().Token != token
-		})
-		f.Await("a new term", ttl+3*time.Second, func() bool {
-			l := f.Leaders()
-			return len(l) == 1 && l[0].Election.Term().Token > token
-		})
-	})
-
 	t.Run("database_restart_within_the_ttl_keeps_leadership", func(t *testing.T) {
 		const ttl = 5 * time.Second
 		f := startPGFleet(t, server.Addr(), ttl, "restart", Config{})

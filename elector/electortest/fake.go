@@ -209,6 +209,18 @@ type Client struct {
 	s      *Store
 	mu     sync.Mutex
 	closed bool
+	down   error
+}
+
+// SetDown makes every request of this client fail with err (this candidate cut off from the
+// store), or work again when err is nil. Watches in progress break.
+func (c *Client) SetDown(err error) {
+	c.mu.Lock()
+	c.down = err
+	c.mu.Unlock()
+	c.s.mu.Lock()
+	c.s.wakeLocked()
+	c.s.mu.Unlock()
 }
 
 // ErrClosed is returned by requests on a closed Client.
@@ -216,10 +228,13 @@ var ErrClosed = errors.New("electortest: client closed")
 
 func (c *Client) lock(ctx context.Context) error {
 	c.mu.Lock()
-	closed := c.closed
+	closed, down := c.closed, c.down
 	c.mu.Unlock()
 	if closed {
 		return ErrClosed
+	}
+	if down != nil {
+		return down
 	}
 	return c.s.lock(ctx)
 }
