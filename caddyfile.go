@@ -46,9 +46,16 @@ func init() {
 //			fails    <n>
 //			hold_off <duration>
 //		}
+//		store         <module> {
+//			...
+//		}
 //	}
 //
-// endpoints and elections may be repeated and accumulate; endpoints is required. A bare
+// store picks the coordination store, a `leader.stores.*` module (`etcd`, `postgres`); see
+// each module's UnmarshalCaddyfile for its block. Without it the etcd options above
+// (endpoints, prefix, dial_timeout, tls, username, password) configure etcd, and endpoints
+// is required; with it they must not be given. endpoints and elections may be repeated and
+// accumulate. A bare
 // `tls` (no block) means TLS with the system's root CAs. Give the password as a
 // placeholder, {env.VAR} or {file.path}, which Caddy expands when it loads the config:
 // {$VAR} would write the password itself into the adapted JSON.
@@ -62,7 +69,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 		return nil, err
 	}
 	// Caught here as well as in Provision, so that `caddy adapt` already reports it.
-	if len(app.Endpoints) == 0 {
+	if app.StoreRaw == nil && len(app.Endpoints) == 0 {
 		return nil, d.Err("leader: endpoints: at least one etcd endpoint is required")
 	}
 	return httpcaddyfile.App{Name: "leader", Value: caddyconfig.JSON(app, nil)}, nil
@@ -77,17 +84,6 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	for d.NextBlock(0) {
 		switch opt := d.Val(); opt {
-		case "endpoints":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.Err("endpoints: at least one etcd endpoint is required")
-			}
-			for _, ep := range args {
-				if err := checkUnlessPlaceholder(ep, checkEndpoint); err != nil {
-					return d.Errf("endpoints: %v", err)
-				}
-			}
-			a.Endpoints = append(a.Endpoints, args...)
 		case "elections":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
@@ -99,10 +95,6 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 			}
 			a.Elections = append(a.Elections, args...)
-		case "prefix":
-			if err := oneArg(d, &a.Prefix); err != nil {
-				return err
-			}
 		case "instance_id":
 			if err := oneArg(d, &a.InstanceID); err != nil {
 				return err
@@ -125,43 +117,23 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := checkTTL(time.Duration(a.TTL)); err != nil {
 				return d.Errf("ttl: %v", err)
 			}
-		case "dial_timeout":
-			if err := positiveDurationArg(d, &a.DialTimeout, DefaultDialTimeout); err != nil {
-				return err
-			}
 		case "drain_timeout":
 			if err := positiveDurationArg(d, &a.DrainTimeout, DefaultDrainTimeout); err != nil {
 				return err
 			}
-		case "tls":
-			if a.TLS != nil {
-				return d.Err("tls: given twice; put every tls option in one block")
+		case "store":
+			if a.StoreRaw != nil {
+				return d.Err("store: given twice")
 			}
-			if d.NextArg() {
+			if !d.NextArg() {
 				return d.ArgErr()
 			}
-			a.TLS = new(EtcdTLS)
-			for nesting := d.Nesting(); d.NextBlock(nesting); {
-				var dst *string
-				switch sub := d.Val(); sub {
-				case "ca":
-					dst = &a.TLS.CA
-				case "cert":
-					dst = &a.TLS.Cert
-				case "key":
-					dst = &a.TLS.Key
-				case "server_name":
-					dst = &a.TLS.ServerName
-				default:
-					return d.Errf("unrecognized leader tls option %q", sub)
-				}
-				if err := oneArg(d, dst); err != nil {
-					return err
-				}
+			name := d.Val()
+			unm, err := caddyfile.UnmarshalModule(d, "leader.stores."+name)
+			if err != nil {
+				return err
 			}
-			if err := a.TLS.files().Check(); err != nil {
-				return d.Err(err.Error())
-			}
+			a.StoreRaw = caddyconfig.JSONModuleObject(unm, "module", name, nil)
 		case "step_down_when_unhealthy":
 			if a.StepDown != nil {
 				return d.Err("step_down_when_unhealthy: given twice")
@@ -171,24 +143,23 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			a.StepDown = s
-		case "username":
-			if err := oneArg(d, &a.Username); err != nil {
-				return err
-			}
-		case "password":
-			if err := oneArg(d, &a.Password); err != nil {
-				return err
-			}
 		default:
+			if ok, err := a.EtcdStore.unmarshalOption(d, opt); ok || err != nil {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			return d.Errf("unrecognized leader option %q", opt)
 		}
 	}
-	// Caught here as well as in Provision, so that `caddy adapt` already reports it; an
-	// endpoint or credential that is a placeholder is checked only once expanded.
-	if err := a.checkCredentials(); err != nil {
-		return d.Err(err.Error())
+	if a.StoreRaw != nil {
+		if a.EtcdStore.set() {
+			return d.Err("store: the top-level etcd options (endpoints, prefix, dial_timeout, tls, username, password) configure the default store; with store, put them inside store etcd { }")
+		}
+		return nil
 	}
-	return nil
+	return a.EtcdStore.checkCaddyfile(d)
 }
 
 // parseGate sets up the handler from the `leader_gate` directive; see Gate.UnmarshalCaddyfile.
@@ -462,3 +433,116 @@ var (
 	_ caddyfile.Unmarshaler = (*LeaderUpstreams)(nil)
 	_ caddyfile.Unmarshaler = (*CandidateMatcher)(nil)
 )
+
+// UnmarshalCaddyfile sets up the etcd store from the `store etcd` block of the leader
+// global option:
+//
+//	store etcd {
+//		endpoints    <url|host:port>...
+//		prefix       <key prefix>
+//		dial_timeout <duration>
+//		tls {
+//			ca          <file>
+//			cert        <file>
+//			key         <file>
+//			server_name <name>
+//		}
+//		username     <user>
+//		password     <password>
+//	}
+//
+// The options mean what they mean at the top level of the leader option.
+func (s *EtcdStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the store's name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		ok, err := s.unmarshalOption(d, d.Val())
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return d.Errf("unrecognized etcd store option %q", d.Val())
+		}
+	}
+	if len(s.Endpoints) == 0 {
+		return d.Err("store etcd: endpoints: at least one etcd endpoint is required")
+	}
+	return s.checkCaddyfile(d)
+}
+
+// checkCaddyfile checks the credentials at adapt time as well as in Provision, so that
+// `caddy adapt` already reports them; an endpoint or credential that is a placeholder is
+// checked only once expanded.
+func (s *EtcdStore) checkCaddyfile(d *caddyfile.Dispenser) error {
+	if err := s.checkCredentials(); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
+
+// unmarshalOption parses one etcd option, opt, if it is one; it reports whether it was.
+func (s *EtcdStore) unmarshalOption(d *caddyfile.Dispenser, opt string) (bool, error) {
+	switch opt {
+	case "endpoints":
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return true, d.Err("endpoints: at least one etcd endpoint is required")
+		}
+		for _, ep := range args {
+			if err := checkUnlessPlaceholder(ep, checkEndpoint); err != nil {
+				return true, d.Errf("endpoints: %v", err)
+			}
+		}
+		s.Endpoints = append(s.Endpoints, args...)
+	case "prefix":
+		if err := oneArg(d, &s.Prefix); err != nil {
+			return true, err
+		}
+	case "dial_timeout":
+		if err := positiveDurationArg(d, &s.DialTimeout, DefaultDialTimeout); err != nil {
+			return true, err
+		}
+	case "tls":
+		if s.TLS != nil {
+			return true, d.Err("tls: given twice; put every tls option in one block")
+		}
+		if d.NextArg() {
+			return true, d.ArgErr()
+		}
+		s.TLS = new(EtcdTLS)
+		for nesting := d.Nesting(); d.NextBlock(nesting); {
+			var dst *string
+			switch sub := d.Val(); sub {
+			case "ca":
+				dst = &s.TLS.CA
+			case "cert":
+				dst = &s.TLS.Cert
+			case "key":
+				dst = &s.TLS.Key
+			case "server_name":
+				dst = &s.TLS.ServerName
+			default:
+				return true, d.Errf("unrecognized leader tls option %q", sub)
+			}
+			if err := oneArg(d, dst); err != nil {
+				return true, err
+			}
+		}
+		if err := s.TLS.files().Check(); err != nil {
+			return true, d.Err(err.Error())
+		}
+	case "username":
+		if err := oneArg(d, &s.Username); err != nil {
+			return true, err
+		}
+	case "password":
+		if err := oneArg(d, &s.Password); err != nil {
+			return true, err
+		}
+	default:
+		return false, nil
+	}
+	return true, nil
+}

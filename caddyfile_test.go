@@ -142,12 +142,14 @@ func TestUnmarshalCaddyfileDispenser(t *testing.T) {
 				elections billing cron
 			}`,
 			want: &App{
-				Endpoints:    []string{"10.0.0.11:2379", "https://etcd-2.internal:2379", "10.0.0.13:2379"},
-				Prefix:       "/fleet-a/",
+				EtcdStore: EtcdStore{
+					Endpoints:   []string{"10.0.0.11:2379", "https://etcd-2.internal:2379", "10.0.0.13:2379"},
+					Prefix:      "/fleet-a/",
+					DialTimeout: caddy.Duration(3 * time.Second),
+				},
 				TTL:          caddy.Duration(15 * time.Second),
 				InstanceID:   "node-a",
 				Advertise:    "http://10.0.0.5:8080",
-				DialTimeout:  caddy.Duration(3 * time.Second),
 				DrainTimeout: caddy.Duration(time.Minute),
 				Elections:    []string{"main", "billing", "cron"},
 			},
@@ -181,19 +183,21 @@ func TestUnmarshalCaddyfileDispenser(t *testing.T) {
 				password {file./run/secrets/etcd-password}
 			}`,
 			want: &App{
-				Endpoints: []string{"etcd-1.internal:2379"},
-				TLS: &EtcdTLS{
-					CA:         "/etc/caddy/etcd/ca.pem",
-					Cert:       "/etc/caddy/etcd/client.pem",
-					Key:        "/etc/caddy/etcd/client-key.pem",
-					ServerName: "etcd.internal",
+				EtcdStore: EtcdStore{
+					Endpoints: []string{"etcd-1.internal:2379"},
+					TLS: &EtcdTLS{
+						CA:         "/etc/caddy/etcd/ca.pem",
+						Cert:       "/etc/caddy/etcd/client.pem",
+						Key:        "/etc/caddy/etcd/client-key.pem",
+						ServerName: "etcd.internal",
+					},
+					Username: "caddy",
+					Password: "{file./run/secrets/etcd-password}",
 				},
-				Username: "caddy",
-				Password: "{file./run/secrets/etcd-password}",
 			},
 		},
-		{name: "app/bare_tls", newMod: newApp, input: "leader {\n\ttls\n}", want: &App{TLS: &EtcdTLS{}}},
-		{name: "app/empty_tls_block", newMod: newApp, input: "leader {\n\ttls {\n\t}\n}", want: &App{TLS: &EtcdTLS{}}},
+		{name: "app/bare_tls", newMod: newApp, input: "leader {\n\ttls\n}", want: &App{EtcdStore: EtcdStore{TLS: &EtcdTLS{}}}},
+		{name: "app/empty_tls_block", newMod: newApp, input: "leader {\n\ttls {\n\t}\n}", want: &App{EtcdStore: EtcdStore{TLS: &EtcdTLS{}}}},
 		{name: "app/tls_unknown_option", newMod: newApp, input: "leader {\n\ttls {\n\t\tcafile x\n\t}\n}", wantErr: `unrecognized leader tls option "cafile"`},
 		{name: "app/tls_server_name_two_values", newMod: newApp, input: "leader {\n\ttls {\n\t\tserver_name a b\n\t}\n}", wantErr: "server_name: takes exactly one value"},
 		{name: "app/tls_cert_without_key", newMod: newApp, input: "leader {\n\ttls {\n\t\tcert c.pem\n\t}\n}", wantErr: "tls.key: the client certificate (tls.cert) needs its private key"},
@@ -276,27 +280,27 @@ func TestAppProvisionErrors(t *testing.T) {
 		wantErr string
 	}{
 		{name: "no_endpoints", app: App{}, wantErr: "endpoints: at least one etcd endpoint is required"},
-		{name: "endpoint_ftp_scheme", app: App{Endpoints: []string{"ftp://x:1"}}, wantErr: `endpoints: endpoint "ftp://x:1": scheme must be http or https`},
-		{name: "endpoint_without_port", app: App{Endpoints: []string{"nohostport"}}, wantErr: `endpoints: endpoint "nohostport" is neither a URL nor host:port`},
-		{name: "second_endpoint_bad", app: App{Endpoints: []string{"127.0.0.1:2379", "ftp://x:1"}}, wantErr: `endpoints: endpoint "ftp://x:1"`},
-		{name: "ttl_below_minimum", app: App{Endpoints: []string{"127.0.0.1:2379"}, TTL: caddy.Duration(500 * time.Millisecond)}, wantErr: "ttl: 500ms is below the minimum of 1s"},
-		{name: "ttl_not_whole_seconds", app: App{Endpoints: []string{"127.0.0.1:2379"}, TTL: caddy.Duration(1500 * time.Millisecond)}, wantErr: "ttl: 1.5s is not a whole number of seconds"},
-		{name: "ttl_above_maximum", app: App{Endpoints: []string{"127.0.0.1:2379"}, TTL: caddy.Duration(2 * time.Hour)}, wantErr: "ttl: 2h0m0s is above the maximum of 1h0m0s"},
-		{name: "advertise_not_a_url", app: App{Endpoints: []string{"127.0.0.1:2379"}, Advertise: "not a url"}, wantErr: `advertise: "not a url" is not an http:// or https:// URL`},
-		{name: "instance_id_with_space", app: App{Endpoints: []string{"127.0.0.1:2379"}, InstanceID: "node a"}, wantErr: `instance_id: "node a" contains white space`},
-		{name: "dial_timeout_negative", app: App{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: caddy.Duration(-time.Second)}, wantErr: "dial_timeout: -1s is negative"},
-		{name: "drain_timeout_negative", app: App{Endpoints: []string{"127.0.0.1:2379"}, DrainTimeout: caddy.Duration(-time.Second)}, wantErr: "drain_timeout: -1s is negative"},
-		{name: "ttl_negative", app: App{Endpoints: []string{"127.0.0.1:2379"}, TTL: caddy.Duration(-time.Second)}, wantErr: "ttl: -1s is below the minimum of 1s"},
-		{name: "endpoint_port_out_of_range", app: App{Endpoints: []string{"127.0.0.1:99999"}}, wantErr: `endpoints: endpoint "127.0.0.1:99999": port "99999" is not a number from 1 to 65535`},
-		{name: "endpoint_url_port_out_of_range", app: App{Endpoints: []string{"https://etcd:70000"}}, wantErr: `endpoints: endpoint "https://etcd:70000": port "70000"`},
-		{name: "endpoint_mistyped_scheme", app: App{Endpoints: []string{"http//127.0.0.1:2379"}}, wantErr: `endpoints: endpoint "http//127.0.0.1:2379": host "http//127.0.0.1" is neither a host name nor an IP address`},
-		{name: "endpoint_from_placeholder_bad_port", app: App{Endpoints: []string{"{env.CADDY_LEADER_TEST_BAD_ENDPOINT}"}}, wantErr: `endpoints: endpoint "127.0.0.1:65536": port "65536"`},
-		{name: "advertise_port_out_of_range", app: App{Endpoints: []string{"127.0.0.1:2379"}, Advertise: "http://10.0.0.5:80800"}, wantErr: `advertise: "http://10.0.0.5:80800": port "80800"`},
-		{name: "election_name_with_space", app: App{Endpoints: []string{"127.0.0.1:2379"}, Elections: []string{"a b"}}, wantErr: `elections: election name "a b"`},
-		{name: "step_down_url_missing", app: App{Endpoints: []string{"127.0.0.1:2379"}, StepDown: &StepDown{}}, wantErr: `step_down_when_unhealthy: url: "" is not an http:// or https:// URL`},
-		{name: "step_down_timeout_above_interval", app: App{Endpoints: []string{"127.0.0.1:2379"}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Interval: caddy.Duration(time.Second), Timeout: caddy.Duration(2 * time.Second)}}, wantErr: "step_down_when_unhealthy: timeout: 2s must be positive and at most interval (1s)"},
-		{name: "step_down_hold_off_below_interval", app: App{Endpoints: []string{"127.0.0.1:2379"}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Interval: caddy.Duration(time.Minute), HoldOff: caddy.Duration(time.Second)}}, wantErr: "step_down_when_unhealthy: hold_off: 1s is shorter than interval (1m0s)"},
-		{name: "step_down_fails_negative", app: App{Endpoints: []string{"127.0.0.1:2379"}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Fails: -1}}, wantErr: "step_down_when_unhealthy: fails: -1 is negative"},
+		{name: "endpoint_ftp_scheme", app: App{EtcdStore: EtcdStore{Endpoints: []string{"ftp://x:1"}}}, wantErr: `endpoints: endpoint "ftp://x:1": scheme must be http or https`},
+		{name: "endpoint_without_port", app: App{EtcdStore: EtcdStore{Endpoints: []string{"nohostport"}}}, wantErr: `endpoints: endpoint "nohostport" is neither a URL nor host:port`},
+		{name: "second_endpoint_bad", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379", "ftp://x:1"}}}, wantErr: `endpoints: endpoint "ftp://x:1"`},
+		{name: "ttl_below_minimum", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, TTL: caddy.Duration(500 * time.Millisecond)}, wantErr: "ttl: 500ms is below the minimum of 1s"},
+		{name: "ttl_not_whole_seconds", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, TTL: caddy.Duration(1500 * time.Millisecond)}, wantErr: "ttl: 1.5s is not a whole number of seconds"},
+		{name: "ttl_above_maximum", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, TTL: caddy.Duration(2 * time.Hour)}, wantErr: "ttl: 2h0m0s is above the maximum of 1h0m0s"},
+		{name: "advertise_not_a_url", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, Advertise: "not a url"}, wantErr: `advertise: "not a url" is not an http:// or https:// URL`},
+		{name: "instance_id_with_space", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, InstanceID: "node a"}, wantErr: `instance_id: "node a" contains white space`},
+		{name: "dial_timeout_negative", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: caddy.Duration(-time.Second)}}, wantErr: "dial_timeout: -1s is negative"},
+		{name: "drain_timeout_negative", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, DrainTimeout: caddy.Duration(-time.Second)}, wantErr: "drain_timeout: -1s is negative"},
+		{name: "ttl_negative", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, TTL: caddy.Duration(-time.Second)}, wantErr: "ttl: -1s is below the minimum of 1s"},
+		{name: "endpoint_port_out_of_range", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:99999"}}}, wantErr: `endpoints: endpoint "127.0.0.1:99999": port "99999" is not a number from 1 to 65535`},
+		{name: "endpoint_url_port_out_of_range", app: App{EtcdStore: EtcdStore{Endpoints: []string{"https://etcd:70000"}}}, wantErr: `endpoints: endpoint "https://etcd:70000": port "70000"`},
+		{name: "endpoint_mistyped_scheme", app: App{EtcdStore: EtcdStore{Endpoints: []string{"http//127.0.0.1:2379"}}}, wantErr: `endpoints: endpoint "http//127.0.0.1:2379": host "http//127.0.0.1" is neither a host name nor an IP address`},
+		{name: "endpoint_from_placeholder_bad_port", app: App{EtcdStore: EtcdStore{Endpoints: []string{"{env.CADDY_LEADER_TEST_BAD_ENDPOINT}"}}}, wantErr: `endpoints: endpoint "127.0.0.1:65536": port "65536"`},
+		{name: "advertise_port_out_of_range", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, Advertise: "http://10.0.0.5:80800"}, wantErr: `advertise: "http://10.0.0.5:80800": port "80800"`},
+		{name: "election_name_with_space", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, Elections: []string{"a b"}}, wantErr: `elections: election name "a b"`},
+		{name: "step_down_url_missing", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, StepDown: &StepDown{}}, wantErr: `step_down_when_unhealthy: url: "" is not an http:// or https:// URL`},
+		{name: "step_down_timeout_above_interval", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Interval: caddy.Duration(time.Second), Timeout: caddy.Duration(2 * time.Second)}}, wantErr: "step_down_when_unhealthy: timeout: 2s must be positive and at most interval (1s)"},
+		{name: "step_down_hold_off_below_interval", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Interval: caddy.Duration(time.Minute), HoldOff: caddy.Duration(time.Second)}}, wantErr: "step_down_when_unhealthy: hold_off: 1s is shorter than interval (1m0s)"},
+		{name: "step_down_fails_negative", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Fails: -1}}, wantErr: "step_down_when_unhealthy: fails: -1 is negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -331,7 +335,7 @@ func TestAppProvisionWithoutEtcd(t *testing.T) {
 }
 
 func TestAppDefaults(t *testing.T) {
-	app := App{Endpoints: []string{"127.0.0.1:1"}, InstanceID: "node"}
+	app := App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:1"}}, InstanceID: "node"}
 	if err := app.expandAndDefault(); err != nil {
 		t.Fatal(err)
 	}

@@ -45,28 +45,29 @@ const (
 	maxTTL = time.Hour
 )
 
-// App is the `leader` app. It owns the connection to etcd and this instance's candidacy in
-// every election that the configuration uses: those named by `leader_gate` handlers,
+// App is the `leader` app. It owns the connection to the coordination store (etcd by
+// default, or a `leader.stores.*` module such as `postgres`) and this instance's candidacy
+// in every election that the configuration uses: those named by `leader_gate` handlers,
 // `leader` and `leader_candidate` matchers and `leader` dynamic upstream sources, and those
-// listed in Elections. Each election is one etcd key,
-// `<prefix><election>`, created by a compare-and-swap transaction and bound to this
-// instance's lease; its create revision is the term's fencing token.
+// listed in Elections. On etcd each election is one key, `<prefix><election>`, created by a
+// compare-and-swap transaction and bound to this instance's lease; its create revision is
+// the term's fencing token.
 //
-// The candidacy survives config reloads: a reload that keeps the same endpoints, prefix,
-// ttl, instance_id, advertise, dial_timeout, tls (and its CA file's contents), username and
-// password neither resigns nor campaigns again (a new drain_timeout applies at once). On
+// The candidacy survives config reloads: a reload that keeps the same store settings (for
+// etcd: endpoints, prefix, dial_timeout, tls and its CA file's contents, username and
+// password), ttl, instance_id and advertise neither resigns nor campaigns again (a new drain_timeout applies at once). On
 // shutdown the instance stops admitting gated requests, lets admitted ones finish (up to
 // drain_timeout) and revokes its lease so that another instance takes over at once.
 type App struct {
-	// Endpoints are the etcd client URLs (`http://host:port`, `https://host:port`) or bare
-	// `host:port` addresses of the etcd cluster; `http://` and `https://` cannot be mixed.
-	// Placeholders such as `{env.ETCD_ENDPOINT}` are expanded. Required: there is no
-	// default, and at least one endpoint must be given.
-	Endpoints []string `json:"endpoints,omitempty"`
+	// EtcdStore holds the options of the default store, etcd: endpoints, prefix,
+	// dial_timeout, tls, username and password, set at the top level of the app. They are
+	// ignored (and must not be set) when store is.
+	EtcdStore
 
-	// Prefix is the etcd key namespace of the elections: election `name` is the key
-	// `<prefix>name`. Default: `/caddy-leader/`.
-	Prefix string `json:"prefix,omitempty"`
+	// Store is the coordination store to elect through, a `leader.stores.*` module:
+	// `etcd` or `postgres`, or one a plugin adds. Default: etcd, configured by the
+	// top-level options above.
+	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=leader.stores inline_key=module"`
 
 	// TTL is the lease TTL: how long after this instance stops renewing (crash, freeze,
 	// partition) another instance can take over. A whole number of seconds, from 1s to
@@ -83,32 +84,6 @@ type App struct {
 	// `leader` dynamic upstream source. Placeholders are expanded. Default: none, and
 	// followers can then only reject.
 	Advertise string `json:"advertise,omitempty"`
-
-	// DialTimeout bounds establishing a connection to an etcd endpoint. Default: 5s.
-	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
-
-	// TLS makes the connection to etcd use TLS with the given CA, client certificate and
-	// server name. With it, `host:port` endpoints use TLS too, and `http://` endpoints are
-	// an error rather than a silent plain-text connection. Without it, `https://` endpoints
-	// use TLS with the system's root CAs and no client certificate, and `http://` and
-	// `host:port` endpoints connect in plain text. The client certificate and key are
-	// read again for every new connection, so a rotated certificate is used without a
-	// reload and this instance keeps its leadership. The CA file is read when the config
-	// loads; a reload after it changes starts a new candidacy that uses it. Default: none.
-	TLS *EtcdTLS `json:"tls,omitempty"`
-
-	// Username is the etcd user to log in as, for an etcd cluster with authentication
-	// enabled. The user's role needs readwrite permission on the keys under prefix, and
-	// nothing else. It requires password. Placeholders such as `{env.ETCD_USER}` are
-	// expanded. Default: no login (etcd can instead take the common name of the client
-	// certificate as the user name, when its members run with `--client-cert-auth`).
-	Username string `json:"username,omitempty"`
-
-	// Password is the password of username, which it requires. Give a placeholder such as
-	// `{env.ETCD_PASSWORD}` or `{file./run/secrets/etcd-password}` rather than the password
-	// itself, which anyone who can read Caddy's config (its admin API too) would see; a
-	// placeholder that expands to nothing is an error. It is never logged. Default: none.
-	Password string `json:"password,omitempty"`
 
 	// DrainTimeout bounds how long a leader that hands over (shutdown, resign, config
 	// without the election) waits for admitted gated requests to finish before it
@@ -168,25 +143,17 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := a.check(); err != nil {
 		return err
 	}
-	etcdTLS, secrets, err := a.loadSecurity()
+	store, err := a.loadStore(ctx)
 	if err != nil {
 		return err
 	}
-	key, err := json.Marshal([]any{a.Endpoints, a.Prefix, a.TTL, a.InstanceID, a.Advertise, a.DialTimeout, a.TLS, a.Username, secrets})
+	key, err := json.Marshal([]any{store.StoreKey(), a.TTL, a.InstanceID, a.Advertise})
 	if err != nil {
 		return err
 	}
 	a.poolKey = string(key)
 	val, _, err := candidates.LoadOrNew(a.poolKey, func() (caddy.Destructor, error) {
-		backend, err := etcdbackend.New(etcdbackend.Config{
-			Endpoints:   a.Endpoints,
-			Prefix:      a.Prefix,
-			DialTimeout: time.Duration(a.DialTimeout),
-			Logger:      caddy.Log().Named("leader.etcd"),
-			TLS:         etcdTLS,
-			Username:    a.Username,
-			Password:    a.Password,
-		})
+		backend, err := store.NewBackend(caddy.Log().Named("leader"))
 		if err != nil {
 			return nil, err
 		}
@@ -228,27 +195,19 @@ func (a *App) Provision(ctx caddy.Context) error {
 }
 
 func (a *App) expandAndDefault() error {
-	repl := caddy.NewReplacer()
-	for i, ep := range a.Endpoints {
-		a.Endpoints[i] = repl.ReplaceKnown(ep, "")
+	if a.StoreRaw == nil {
+		if err := a.EtcdStore.expandAndDefault(); err != nil {
+			return err
+		}
 	}
-	a.Prefix = repl.ReplaceKnown(a.Prefix, "")
+	repl := caddy.NewReplacer()
 	a.InstanceID = repl.ReplaceKnown(a.InstanceID, "")
 	a.Advertise = repl.ReplaceKnown(a.Advertise, "")
 	if a.StepDown != nil {
 		a.StepDown.provision()
 	}
-	if err := a.expandSecurity(repl); err != nil {
-		return err
-	}
-	if a.Prefix == "" {
-		a.Prefix = DefaultPrefix
-	}
 	if a.TTL == 0 {
 		a.TTL = caddy.Duration(DefaultTTL)
-	}
-	if a.DialTimeout == 0 {
-		a.DialTimeout = caddy.Duration(DefaultDialTimeout)
 	}
 	if a.DrainTimeout == 0 {
 		a.DrainTimeout = caddy.Duration(DefaultDrainTimeout)
@@ -263,24 +222,38 @@ func (a *App) expandAndDefault() error {
 	return nil
 }
 
+// loadStore provisions the store module, or the top-level etcd options when there is none.
+func (a *App) loadStore(ctx caddy.Context) (Store, error) {
+	if a.StoreRaw == nil {
+		// expandAndDefault and check did the rest.
+		if err := a.EtcdStore.load(); err != nil {
+			return nil, err
+		}
+		return &a.EtcdStore, nil
+	}
+	if a.EtcdStore.set() {
+		return nil, fmt.Errorf("store: the top-level etcd options (endpoints, prefix, dial_timeout, tls, username, password) configure the default store; with store, set them inside it")
+	}
+	mod, err := ctx.LoadModule(a, "StoreRaw")
+	if err != nil {
+		return nil, fmt.Errorf("store: %v", err)
+	}
+	store, ok := mod.(Store)
+	if !ok {
+		return nil, fmt.Errorf("store: module %T is not a leader store", mod)
+	}
+	return store, nil
+}
+
 // check names the first field that is wrong and why.
 func (a *App) check() error {
-	if len(a.Endpoints) == 0 {
-		return fmt.Errorf("endpoints: at least one etcd endpoint is required")
-	}
-	for _, ep := range a.Endpoints {
-		if err := checkEndpoint(ep); err != nil {
-			return fmt.Errorf("endpoints: %v", err)
+	if a.StoreRaw == nil {
+		if err := a.EtcdStore.check(); err != nil {
+			return err
 		}
 	}
 	if err := checkTTL(time.Duration(a.TTL)); err != nil {
 		return fmt.Errorf("ttl: %v", err)
-	}
-	if a.DialTimeout < 0 {
-		return fmt.Errorf("dial_timeout: %s is negative", time.Duration(a.DialTimeout))
-	}
-	if err := a.checkSecurity(); err != nil {
-		return err
 	}
 	if a.DrainTimeout < 0 {
 		return fmt.Errorf("drain_timeout: %s is negative", time.Duration(a.DrainTimeout))

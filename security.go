@@ -49,12 +49,12 @@ func (t *EtcdTLS) files() etcdbackend.TLSFiles {
 // anonymous login or a silent fallback to the system's CAs. Unknown placeholders stay as
 // written, so a password may contain braces. The replacer's errors name the placeholder,
 // never the value it expanded to.
-func (a *App) expandSecurity(repl *caddy.Replacer) error {
+func (s *EtcdStore) expandSecurity(repl *caddy.Replacer) error {
 	fields := []struct {
 		name string
 		val  *string
-	}{{"username", &a.Username}, {"password", &a.Password}}
-	if t := a.TLS; t != nil {
+	}{{"username", &s.Username}, {"password", &s.Password}}
+	if t := s.TLS; t != nil {
 		fields = append(fields, []struct {
 			name string
 			val  *string
@@ -72,23 +72,23 @@ func (a *App) expandSecurity(repl *caddy.Replacer) error {
 
 // checkSecurity names the first of tls, username, password and endpoints that cannot work
 // with the others, without reading any file.
-func (a *App) checkSecurity() error {
-	if err := a.checkCredentials(); err != nil {
+func (s *EtcdStore) checkSecurity() error {
+	if err := s.checkCredentials(); err != nil {
 		return err
 	}
-	return etcdbackend.CheckSchemes(a.Endpoints)
+	return etcdbackend.CheckSchemes(s.Endpoints)
 }
 
 // checkCredentials is the part of checkSecurity that the Caddyfile adapter checks too: a
 // client certificate without its key or the other way round, a password without a
 // username or the other way round, and tls with http:// endpoints.
-func (a *App) checkCredentials() error {
-	if a.TLS != nil {
-		if err := a.TLS.files().Check(); err != nil {
+func (s *EtcdStore) checkCredentials() error {
+	if s.TLS != nil {
+		if err := s.TLS.files().Check(); err != nil {
 			return err
 		}
 	}
-	return etcdbackend.CheckSecurity(a.Endpoints, a.TLS != nil, a.Username, a.Password)
+	return etcdbackend.CheckSecurity(s.Endpoints, s.TLS != nil, s.Username, s.Password)
 }
 
 // loadSecurity checks the TLS files and returns the etcd client's TLS configuration (nil
@@ -99,23 +99,26 @@ func (a *App) checkCredentials() error {
 // the password. The client certificate and key are left out: the client reads them again on
 // every handshake, so a certificate rotated in place needs no new candidacy, and a reload
 // after a rotation must not hand leadership over.
-func (a *App) loadSecurity() (*tls.Config, string, error) {
+func (s *EtcdStore) loadSecurity() (*tls.Config, string, error) {
+	var cfg *tls.Config
+	var read []byte
+	if s.TLS != nil {
+		var err error
+		if cfg, read, err = etcdbackend.LoadTLS(s.TLS.files()); err != nil {
+			return nil, "", err
+		}
+	}
+	return cfg, secretsDigest([]byte(s.Password), read), nil
+}
+
+// secretsDigest is the keyed digest of secrets that goes into pool keys (see loadSecurity).
+func secretsDigest(secrets ...[]byte) string {
 	mac := hmac.New(sha256.New, poolKeySecret)
-	writeField := func(b []byte) {
+	for _, b := range secrets {
 		_ = binary.Write(mac, binary.BigEndian, uint64(len(b)))
 		mac.Write(b)
 	}
-	writeField([]byte(a.Password))
-	var cfg *tls.Config
-	if a.TLS != nil {
-		var read []byte
-		var err error
-		if cfg, read, err = etcdbackend.LoadTLS(a.TLS.files()); err != nil {
-			return nil, "", err
-		}
-		writeField(read)
-	}
-	return cfg, hex.EncodeToString(mac.Sum(nil)), nil
+	return hex.EncodeToString(mac.Sum(nil))
 }
 
 // poolKeySecret keys the digest of secrets in pool keys; pool keys live only in this

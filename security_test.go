@@ -31,20 +31,20 @@ func TestAppSecurityProvisionErrors(t *testing.T) {
 		app     App
 		wantErr string
 	}{
-		{name: "tls_ca_unreadable", app: App{Endpoints: eps, TLS: &EtcdTLS{CA: missing}}, wantErr: "tls.ca: cannot read the CA file"},
-		{name: "tls_ca_without_certificate", app: App{Endpoints: eps, TLS: &EtcdTLS{CA: notPEM}}, wantErr: "tls.ca: " + notPEM + " holds no PEM-encoded certificate"},
-		{name: "tls_cert_without_key", app: App{Endpoints: eps, TLS: &EtcdTLS{Cert: certs.ClientCertFile}}, wantErr: "tls.key: the client certificate (tls.cert) needs its private key"},
-		{name: "tls_key_without_cert", app: App{Endpoints: eps, TLS: &EtcdTLS{Key: certs.ClientKeyFile}}, wantErr: "tls.cert: the private key (tls.key) needs its client certificate"},
-		{name: "tls_key_of_another_certificate", app: App{Endpoints: eps, TLS: &EtcdTLS{Cert: certs.ClientCertFile, Key: other.ClientKeyFile}}, wantErr: "tls.cert: " + certs.ClientCertFile + " with key"},
-		{name: "tls_ca_from_unset_env", app: App{Endpoints: eps, TLS: &EtcdTLS{CA: "{env.CADDY_LEADER_TEST_UNSET}"}}, wantErr: "tls.ca: evaluated placeholder {env.CADDY_LEADER_TEST_UNSET} is empty"},
-		{name: "tls_with_http_endpoint", app: App{Endpoints: []string{"http://127.0.0.1:2379"}, TLS: &EtcdTLS{}}, wantErr: `tls: endpoint "http://127.0.0.1:2379" is plain http://`},
-		{name: "endpoints_mix_schemes", app: App{Endpoints: []string{"http://127.0.0.1:2379", "https://127.0.0.1:2380"}}, wantErr: "endpoints: \"http://127.0.0.1:2379\" and \"https://127.0.0.1:2380\" mix http:// and https://"},
-		{name: "password_without_username", app: App{Endpoints: eps, Password: testSecret}, wantErr: "password: set without a username"},
-		{name: "username_without_password", app: App{Endpoints: eps, Username: "caddy"}, wantErr: `password: user "caddy" has no password`},
-		{name: "password_from_unset_env", app: App{Endpoints: eps, Username: "caddy", Password: "{env.CADDY_LEADER_TEST_UNSET}"}, wantErr: "password: evaluated placeholder {env.CADDY_LEADER_TEST_UNSET} is empty"},
-		{name: "password_from_missing_file", app: App{Endpoints: eps, Username: "caddy", Password: "{file." + missing + "}"}, wantErr: "password: evaluated placeholder {file." + missing + "} is empty"},
-		{name: "username_from_unset_env", app: App{Endpoints: eps, Username: "{env.CADDY_LEADER_TEST_UNSET}", Password: testSecret}, wantErr: "username: evaluated placeholder {env.CADDY_LEADER_TEST_UNSET} is empty"},
-		{name: "bad_ca_with_password", app: App{Endpoints: eps, TLS: &EtcdTLS{CA: notPEM}, Username: "caddy", Password: testSecret}, wantErr: "tls.ca:"},
+		{name: "tls_ca_unreadable", app: App{EtcdStore: EtcdStore{Endpoints: eps, TLS: &EtcdTLS{CA: missing}}}, wantErr: "tls.ca: cannot read the CA file"},
+		{name: "tls_ca_without_certificate", app: App{EtcdStore: EtcdStore{Endpoints: eps, TLS: &EtcdTLS{CA: notPEM}}}, wantErr: "tls.ca: " + notPEM + " holds no PEM-encoded certificate"},
+		{name: "tls_cert_without_key", app: App{EtcdStore: EtcdStore{Endpoints: eps, TLS: &EtcdTLS{Cert: certs.ClientCertFile}}}, wantErr: "tls.key: the client certificate (tls.cert) needs its private key"},
+		{name: "tls_key_without_cert", app: App{EtcdStore: EtcdStore{Endpoints: eps, TLS: &EtcdTLS{Key: certs.ClientKeyFile}}}, wantErr: "tls.cert: the private key (tls.key) needs its client certificate"},
+		{name: "tls_key_of_another_certificate", app: App{EtcdStore: EtcdStore{Endpoints: eps, TLS: &EtcdTLS{Cert: certs.ClientCertFile, Key: other.ClientKeyFile}}}, wantErr: "tls.cert: " + certs.ClientCertFile + " with key"},
+		{name: "tls_ca_from_unset_env", app: App{EtcdStore: EtcdStore{Endpoints: eps, TLS: &EtcdTLS{CA: "{env.CADDY_LEADER_TEST_UNSET}"}}}, wantErr: "tls.ca: evaluated placeholder {env.CADDY_LEADER_TEST_UNSET} is empty"},
+		{name: "tls_with_http_endpoint", app: App{EtcdStore: EtcdStore{Endpoints: []string{"http://127.0.0.1:2379"}, TLS: &EtcdTLS{}}}, wantErr: `tls: endpoint "http://127.0.0.1:2379" is plain http://`},
+		{name: "endpoints_mix_schemes", app: App{EtcdStore: EtcdStore{Endpoints: []string{"http://127.0.0.1:2379", "https://127.0.0.1:2380"}}}, wantErr: "endpoints: \"http://127.0.0.1:2379\" and \"https://127.0.0.1:2380\" mix http:// and https://"},
+		{name: "password_without_username", app: App{EtcdStore: EtcdStore{Endpoints: eps, Password: testSecret}}, wantErr: "password: set without a username"},
+		{name: "username_without_password", app: App{EtcdStore: EtcdStore{Endpoints: eps, Username: "caddy"}}, wantErr: `password: user "caddy" has no password`},
+		{name: "password_from_unset_env", app: App{EtcdStore: EtcdStore{Endpoints: eps, Username: "caddy", Password: "{env.CADDY_LEADER_TEST_UNSET}"}}, wantErr: "password: evaluated placeholder {env.CADDY_LEADER_TEST_UNSET} is empty"},
+		{name: "password_from_missing_file", app: App{EtcdStore: EtcdStore{Endpoints: eps, Username: "caddy", Password: "{file." + missing + "}"}}, wantErr: "password: evaluated placeholder {file." + missing + "} is empty"},
+		{name: "username_from_unset_env", app: App{EtcdStore: EtcdStore{Endpoints: eps, Username: "{env.CADDY_LEADER_TEST_UNSET}", Password: testSecret}}, wantErr: "username: evaluated placeholder {env.CADDY_LEADER_TEST_UNSET} is empty"},
+		{name: "bad_ca_with_password", app: App{EtcdStore: EtcdStore{Endpoints: eps, TLS: &EtcdTLS{CA: notPEM}, Username: "caddy", Password: testSecret}}, wantErr: "tls.ca:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,10 +96,12 @@ func TestAppSecurityPlaceholders(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			app := App{
-				Endpoints: []string{"127.0.0.1:2379"},
-				TLS:       &EtcdTLS{CA: "{env.CADDY_LEADER_TEST_CA}", ServerName: "{env.CADDY_LEADER_TEST_USER}.internal"},
-				Username:  "{env.CADDY_LEADER_TEST_USER}",
-				Password:  tt.password,
+				EtcdStore: EtcdStore{
+					Endpoints: []string{"127.0.0.1:2379"},
+					TLS:       &EtcdTLS{CA: "{env.CADDY_LEADER_TEST_CA}", ServerName: "{env.CADDY_LEADER_TEST_USER}.internal"},
+					Username:  "{env.CADDY_LEADER_TEST_USER}",
+					Password:  tt.password,
+				},
 			}
 			if err := app.expandAndDefault(); err != nil {
 				t.Fatal(err)
@@ -133,11 +135,13 @@ func TestAppPoolKeySecurity(t *testing.T) {
 	copyFile(t, certs.CAFile, ca)
 	base := func() App {
 		return App{
-			Endpoints:  []string{"https://127.0.0.1:1"}, // nothing listens: the candidate only retries
+			EtcdStore: EtcdStore{
+				Endpoints: []string{"https://127.0.0.1:1"},
+				TLS:       &EtcdTLS{CA: ca, Cert: certs.ClientCertFile, Key: certs.ClientKeyFile, ServerName: "etcd.internal"},
+				Username:  "caddy",
+				Password:  testSecret,
+			}, // nothing listens: the candidate only retries
 			InstanceID: "pool-key-node",
-			TLS:        &EtcdTLS{CA: ca, Cert: certs.ClientCertFile, Key: certs.ClientKeyFile, ServerName: "etcd.internal"},
-			Username:   "caddy",
-			Password:   testSecret,
 		}
 	}
 	// load makes app the running config, as a reload does, and returns its provisioned app.

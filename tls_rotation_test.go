@@ -38,12 +38,14 @@ func TestClientCertificateRotation(t *testing.T) {
 	replaceFile(t, oldKey, key)
 
 	raw, err := json.Marshal(leaderConfig(t, App{
-		Endpoints:  []string{"https://" + link.Addr()},
-		Prefix:     "/rotation-test/",
+		EtcdStore: EtcdStore{
+			Endpoints: []string{"https://" + link.Addr()},
+			Prefix:    "/rotation-test/",
+			TLS:       &EtcdTLS{CA: certs.CAFile, Cert: cert, Key: key},
+		},
 		TTL:        caddy.Duration(5 * time.Second),
 		InstanceID: "rotating-node",
 		Elections:  []string{"rotation"},
-		TLS:        &EtcdTLS{CA: certs.CAFile, Cert: cert, Key: key},
 	}))
 	if err != nil {
 		t.Fatal(err)

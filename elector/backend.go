@@ -43,34 +43,67 @@ type Observation struct {
 }
 
 // Backend is what an election needs from a coordination store: leases
-// that expire unless renewed, a compare-and-swap create, deletes guarded by the create
-// revision, and a watch. Every method must honour ctx's deadline and cancellation.
+// that expire unless renewed, a compare-and-swap create, deletes guarded by the fencing
+// token, and a watch. The conformance suite in elector/electortest checks every rule below;
+// a new store passes it before anything else.
+//
+// Rules that hold for every method:
+//   - It honours ctx: it returns (with ctx's error or its own) no later than ctx's deadline,
+//     and a request that ctx ended may or may not have taken effect; the elector then reads
+//     again rather than assume either.
+//   - Time is the store's: a lease expires by the store's clock, never a client's. The
+//     elector keeps its own, earlier deadline (see lease.go), so the two never need to agree.
+//   - A lease id and a fencing token are never handed out twice by one store, not even after
+//     a failover to a replica that missed the latest writes.
+//   - Methods are safe for concurrent use.
 type Backend interface {
 	// Grant creates a lease that lives for ttl unless renewed, and returns its id and the
-	// TTL the store actually granted (it may round or raise the request).
+	// TTL the store actually granted (it may round or raise the request, never lower it).
+	// The TTL counts from when the store handled the request, which is after the caller
+	// sent it: sent + granted is a lower bound on the lease's expiry.
 	Grant(ctx context.Context, ttl time.Duration) (LeaseID, time.Duration, error)
 	// Renew extends the lease once and returns the TTL the store granted, counted from when
-	// it handled the request. It returns ErrLeaseNotFound when the lease is gone.
+	// it handled the request. It returns ErrLeaseNotFound when the lease is gone; a lease
+	// that expired is gone for good: no later Renew succeeds.
 	Renew(ctx context.Context, id LeaseID) (time.Duration, error)
-	// Revoke deletes the lease and every key bound to it.
+	// Revoke deletes the lease and every key bound to it (election keys, announcements,
+	// acknowledgements), at once. Revoking a lease that is gone is not an error.
 	Revoke(ctx context.Context, id LeaseID) error
 	// Campaign creates the election's key with value, bound to lease, if and only if the key
-	// does not exist, atomically; either way it returns who holds the key afterwards.
+	// does not exist, atomically; either way it returns who holds the key afterwards. Among
+	// concurrent campaigns at most one wins. A new key gets a token greater than every
+	// token the election's key ever had. It fails (ErrLeaseNotFound, or another error) and
+	// creates nothing if lease is gone.
 	Campaign(ctx context.Context, election string, value []byte, lease LeaseID) (Observation, error)
-	// Observe reads the election's key without trying to take it.
+	// Observe reads the election's key without trying to take it. A key whose lease has
+	// expired is reported vacant once the store has noticed the expiry.
 	Observe(ctx context.Context, election string) (Observation, error)
 	// Watch reports every change of the election's key after revision afterRev, in order,
 	// until ctx is cancelled (the channel is then closed) or the watch breaks (one
-	// Observation with Err is sent, then the channel is closed).
+	// Observation with Err is sent, then the channel is closed). Revisions strictly
+	// increase. A change made after afterRev but before Watch was called is reported too.
+	// Every kind of change is reported: a new holder, a value rewritten by Update, a
+	// delete (Release, Revoke, an operator) and an expiry. A store without history
+	// may coalesce changes that follow each other faster than it can report
+	// them into the latest one, but never reports a state older than one already reported,
+	// and always reports the latest.
 	Watch(ctx context.Context, election string, afterRev int64) <-chan Observation
-	// Update replaces the value of the election's key, keeping its lease, if its token is
-	// still token; it reports whether it did.
+	// Update replaces the value of the election's key, keeping its lease and token, if its
+	// token is still token (and so its lease alive); it reports whether it did. It never
+	// creates the key. Watchers see the new value as a change.
 	Update(ctx context.Context, election string, token int64, value []byte) (bool, error)
 	// Acknowledge records that the holder of term token (under lease) has stopped acting
-	// as leader, so that its successor may start (see Released).
+	// as leader, so that its successor may start (see Released). The acknowledgement must
+	// outlive lease: a holder that lets go revokes its lease right after (every shutdown
+	// does), and an operator may revoke it. It disappears by itself after about the lease's
+	// TTL, or when Released reads it.
 	Acknowledge(ctx context.Context, election string, token int64, lease LeaseID) error
 	// Released reports whether the holder of term token (under lease) is known to have
-	// stopped acting as leader: it acknowledged so, or its lease no longer exists.
+	// stopped acting as leader: it acknowledged so (the acknowledgement is then consumed),
+	// or, when lease is not 0, its lease no longer exists. A lease that still exists,
+	// however little of its TTL is left, does not count as gone: its holder may renew it
+	// and go on acting. With lease 0 only the acknowledgement counts, which is how the
+	// elector asks: a revoked lease is gone while its holder may still act.
 	Released(ctx context.Context, election string, token int64, lease LeaseID) (bool, error)
 	// Release deletes the election's key if its token is still token, and acknowledges
 	// the end of that term (as Acknowledge) in the same transaction, so that a deposed
@@ -79,10 +112,11 @@ type Backend interface {
 	// Announce records that candidate id stands in the election, for as long as lease
 	// lives, so that a transfer can tell a live candidate from a typo.
 	Announce(ctx context.Context, election, id string, lease LeaseID) error
-	// Candidates lists the ids that stand in the election now.
+	// Candidates lists the ids that stand in the election now: announced under a lease
+	// that is still alive.
 	Candidates(ctx context.Context, election string) ([]string, error)
-	// SetIntent publishes a request to the election's candidates (resign, transfer); it
-	// disappears by itself after ttl.
+	// SetIntent publishes a request to the election's candidates (resign, transfer),
+	// replacing any earlier one; it disappears by itself after ttl (by the store's clock).
 	SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error
 	// ClearIntent deletes the election's intent.
 	ClearIntent(ctx context.Context, election string) error

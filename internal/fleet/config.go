@@ -17,6 +17,9 @@ const DefaultTTL = 2 * time.Second
 type Config struct {
 	// Endpoints are the etcd endpoints of the leader app.
 	Endpoints []string
+	// Store, when set, is the leader app's store module (`{"module": "postgres", ...}`),
+	// which replaces Endpoints.
+	Store map[string]any
 	// InstanceEndpoints, where it has an entry for an instance's id, replaces Endpoints for
 	// that instance: each instance can reach etcd through proxies of its own.
 	InstanceEndpoints map[string][]string
@@ -117,6 +120,10 @@ func (c Config) JSON(in *Instance) []byte {
 		"ttl":         ttlText,
 		"instance_id": in.ID,
 		"advertise":   in.URL(),
+	}
+	if c.Store != nil {
+		delete(leaderApp, "endpoints")
+		leaderApp["store"] = c.Store
 	}
 	if c.DrainTimeout != "" {
 		leaderApp["drain_timeout"] = c.DrainTimeout

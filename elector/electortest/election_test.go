@@ -1,0 +1,159 @@
+package electortest_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/elector/electortest"
+)
+
+// The elector's own logic, driven through the in-memory store: no server, and time moves
+// only when a test advances the store's clock.
+
+const (
+	ttl = 2 * time.Second
+	// within bounds every wait, far beyond what a correct run needs: time on the fake
+	// store's clock does not pass by itself, so nothing here waits for a ttl.
+	within = 10 * time.Second
+)
+
+// clients maps each member of a fake fleet to its connection to the store.
+var clients = map[*electortest.Fleet][]*electortest.Client{}
+
+func fakeFleet(t *testing.T, n int) (*electortest.Fleet, *electortest.Store) {
+	s := electortest.NewStore()
+	var cs []*electortest.Client
+	f := electortest.StartFleet(t, electortest.FleetOptions{
+		Size: n,
+		TTL:  ttl,
+		Backend: func(testing.TB, int) elector.Backend {
+			c := s.Client()
+			cs = append(cs, c)
+			return c
+		},
+		Now: s.Now,
+	})
+	clients[f] = cs
+	// Cleanup runs last-in first-out: the store comes back before the candidates close.
+	t.Cleanup(func() {
+		s.SetDown(nil)
+		for _, c := range cs {
+			c.SetDown(nil)
+		}
+		delete(clients, f)
+	})
+	return f, s
+}
+
+// client is member m's connection to the store.
+func client(f *electortest.Fleet, m *electortest.Member) *electortest.Client {
+	for i, x := range f.Members {
+		if x == m {
+			return clients[f][i]
+		}
+	}
+	return nil
+}
+
+func observe(t *testing.T, s *electortest.Store) elector.Observation {
+	t.Helper()
+	c := s.Client()
+	defer c.Close()
+	o, err := c.Observe(context.Background(), "main")
+	if err != nil || o.Holder == nil {
+		t.Fatalf("Observe: %+v %v", o.Holder, err)
+	}
+	return o
+}
+
+func TestElectionOnFakeStore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// disturb does something to the leader; then a new term is expected, unless
+		// sameTerm.
+		disturb  func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member)
+		sameTerm bool
+	}{
+		{
+			name: "resign_hands_over_without_the_clock_moving",
+			disturb: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
+				ctx, cancel := context.WithTimeout(context.Background(), within)
+				defer cancel()
+				if err := leader.Election.Resign(ctx, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			// Cut off, the leader cannot renew; once a ttl has passed its deadline is
+			// behind it and the store has let its lease expire.
+			name: "leader_cut_off_steps_down_when_its_lease_runs_out",
+			disturb: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
+				client(f, leader).SetDown(errors.New("cut off"))
+				s.Advance(ttl)
+				if leader.Leading() {
+					t.Fatal("the cut-off leader still leads a whole ttl after its last renewal")
+				}
+			},
+		},
+		{
+			name: "operator_deletes_the_key",
+			disturb: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
+				s.Delete("main")
+			},
+		},
+		{
+			name: "leader_keeps_leading_through_a_rewrite_of_its_own_record",
+			disturb: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
+				c := s.Client()
+				defer c.Close()
+				o := observe(t, s)
+				if ok, err := c.Update(context.Background(), "main", o.Holder.Token, o.Holder.Value); !ok || err != nil {
+					t.Fatalf("Update: %v %v", ok, err)
+				}
+			},
+			sameTerm: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, s := fakeFleet(t, 3)
+			leader, token := f.Leader(within)
+			tc.disturb(t, f, s, leader)
+			if tc.sameTerm {
+				l, tok := f.Leader(within)
+				if l != leader || tok != token {
+					t.Fatalf("leadership moved from %s (token %d) to %s (token %d)", leader.ID, token, l.ID, tok)
+				}
+				return
+			}
+			f.Await("a new term", within, func() bool {
+				l := f.Leaders()
+				return len(l) == 1 && l[0].Election.Term().Token > token
+			})
+			for _, c := range clients[f] {
+				c.SetDown(nil) // a member cut off comes back and follows
+			}
+			f.Leader(within)
+		})
+	}
+}
+
+// TestElectionStoreUnreachable checks that a leader cut off from the store keeps leading up
+// to its deadline and not a moment after, and that nobody else leads meanwhile.
+func TestElectionStoreUnreachable(t *testing.T) {
+	f, s := fakeFleet(t, 3)
+	leader, _ := f.Leader(within)
+	s.SetDown(errors.New("store unreachable"))
+	if !leader.Leading() {
+		t.Fatal("the leader stopped before its deadline: the clock has not moved")
+	}
+	s.Advance(ttl)
+	if l := f.Leaders(); len(l) != 0 {
+		t.Fatalf("%d candidates lead after a whole ttl without the store", len(l))
+	}
+	s.SetDown(nil)
+	f.Leader(within)
+}

@@ -1,0 +1,529 @@
+// Package electortest holds an in-memory elector.Backend whose leases expire on an injected
+// clock, and the conformance suite (Run) that every store must pass.
+package electortest
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// Store is an in-memory coordination store with etcd's model: one revision counter for every
+// write, leases that expire on the store's own clock, keys bound to leases. Each Client of a
+// Store plays one candidate's connection. Time moves only when Advance is called, so a test
+// decides exactly when a lease runs out.
+type Store struct {
+	mu      sync.Mutex
+	now     time.Time // the store's clock; carries a monotonic reading
+	rev     int64
+	nextID  elector.LeaseID
+	leases  map[elector.LeaseID]leaseState
+	keys    map[string]*key // election -> current holder
+	history map[string][]elector.Observation
+	intents map[string]intent
+	// intentRev counts the changes of each election's intent, so that a watch can tell
+	// an intent set again from one it has reported.
+	intentRev map[string]int64
+	cands     map[string]map[string]elector.LeaseID // election -> id -> lease
+	acks      map[string]map[int64]time.Time        // election -> token -> when it expires
+	down      error
+	changed   chan struct{} // closed and replaced on every write
+}
+
+type key struct {
+	value []byte
+	lease elector.LeaseID
+	token int64
+}
+
+type leaseState struct {
+	ttl     time.Duration
+	expires time.Time
+}
+
+type intent struct {
+	value   []byte
+	expires time.Time
+}
+
+// NewStore returns an empty store whose clock starts at the real time now.
+func NewStore() *Store {
+	return &Store{
+		now:       time.Now(),
+		leases:    make(map[elector.LeaseID]leaseState),
+		intentRev: make(map[string]int64),
+		keys:      make(map[string]*key),
+		history:   make(map[string][]elector.Observation),
+		intents:   make(map[string]intent),
+		cands:     make(map[string]map[string]elector.LeaseID),
+		acks:      make(map[string]map[int64]time.Time),
+		changed:   make(chan struct{}),
+	}
+}
+
+// Now reads the store's clock. Give it to elector.Config.Now so that the candidates' lease
+// deadlines move with the store's.
+func (s *Store) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.now
+}
+
+// Advance moves the clock forward by d and expires every lease and intent whose time is up,
+// as a real store would have meanwhile.
+func (s *Store) Advance(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = s.now.Add(d)
+	s.expireLocked()
+}
+
+// SetDown makes every request of every client fail with err (a store cut off from all its
+// clients), or work again when err is nil. Watches in progress break.
+func (s *Store) SetDown(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = err
+	s.wakeLocked()
+}
+
+// Delete removes the election's key as an operator would, whoever holds it.
+func (s *Store) Delete(election string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleteLocked(election)
+}
+
+// Expire ends a lease at once, as if it had run out.
+func (s *Store) Expire(id elector.LeaseID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropLeaseLocked(id)
+}
+
+// Client returns a new connection to the store, as one candidate has.
+func (s *Store) Client() *Client { return &Client{s: s} }
+
+func (s *Store) wakeLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Store) writeLocked(election string, h *elector.Holder) {
+	s.rev++
+	s.history[election] = append(s.history[election], elector.Observation{Revision: s.rev, Holder: h})
+	s.wakeLocked()
+}
+
+func (s *Store) deleteLocked(election string) {
+	if _, ok := s.keys[election]; !ok {
+		return
+	}
+	delete(s.keys, election)
+	s.writeLocked(election, nil)
+}
+
+func (s *Store) expireLocked() {
+	var gone []elector.LeaseID
+	for id, l := range s.leases {
+		if !s.now.Before(l.expires) {
+			gone = append(gone, id)
+		}
+	}
+	sort.Slice(gone, func(i, j int) bool { return gone[i] < gone[j] })
+	for _, id := range gone {
+		s.dropLeaseLocked(id)
+	}
+	for election, in := range s.intents {
+		if !s.now.Before(in.expires) {
+			s.clearIntentLocked(election)
+		}
+	}
+}
+
+// dropLeaseLocked deletes a lease and everything bound to it.
+func (s *Store) dropLeaseLocked(id elector.LeaseID) {
+	if _, ok := s.leases[id]; !ok {
+		return
+	}
+	delete(s.leases, id)
+	names := make([]string, 0, len(s.keys))
+	for election, k := range s.keys {
+		if k.lease == id {
+			names = append(names, election)
+		}
+	}
+	sort.Strings(names)
+	for _, election := range names {
+		s.deleteLocked(election)
+	}
+	for _, ids := range s.cands {
+		for cid, l := range ids {
+			if l == id {
+				delete(ids, cid)
+			}
+		}
+	}
+	s.wakeLocked()
+}
+
+// lock takes the store's lock for one request, failing it if ctx is done or the store is
+// down. On success the caller unlocks.
+func (s *Store) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.down != nil {
+		err := s.down
+		s.mu.Unlock()
+		return err
+	}
+	s.expireLocked()
+	return nil
+}
+
+func (s *Store) observationLocked(election string) elector.Observation {
+	o := elector.Observation{Revision: s.rev}
+	if k, ok := s.keys[election]; ok {
+		o.Holder = &elector.Holder{Value: clone(k.value), Lease: k.lease, Token: k.token}
+	}
+	return o
+}
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// Client is one connection to a Store; it implements elector.Backend.
+type Client struct {
+	s      *Store
+	mu     sync.Mutex
+	closed bool
+	down   error
+}
+
+// SetDown makes every request of this client fail with err (this candidate cut off from the
+// store), or work again when err is nil. Watches in progress break.
+func (c *Client) SetDown(err error) {
+	c.mu.Lock()
+	c.down = err
+	c.mu.Unlock()
+	c.s.mu.Lock()
+	c.s.wakeLocked()
+	c.s.mu.Unlock()
+}
+
+// ErrClosed is returned by requests on a closed Client.
+var ErrClosed = errors.New("electortest: client closed")
+
+func (c *Client) lock(ctx context.Context) error {
+	c.mu.Lock()
+	closed, down := c.closed, c.down
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if down != nil {
+		return down
+	}
+	return c.s.lock(ctx)
+}
+
+// Grant implements elector.Backend; it grants exactly ttl.
+func (c *Client) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID, time.Duration, error) {
+	if err := c.lock(ctx); err != nil {
+		return 0, 0, err
+	}
+	defer c.s.mu.Unlock()
+	c.s.nextID++
+	c.s.leases[c.s.nextID] = leaseState{ttl: ttl, expires: c.s.now.Add(ttl)}
+	return c.s.nextID, ttl, nil
+}
+
+// Renew implements elector.Backend. The lease keeps the ttl it was granted with.
+func (c *Client) Renew(ctx context.Context, id elector.LeaseID) (time.Duration, error) {
+	if err := c.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer c.s.mu.Unlock()
+	l, ok := c.s.leases[id]
+	if !ok {
+		return 0, elector.ErrLeaseNotFound
+	}
+	l.expires = c.s.now.Add(l.ttl)
+	c.s.leases[id] = l
+	return l.ttl, nil
+}
+
+// Revoke implements elector.Backend.
+func (c *Client) Revoke(ctx context.Context, id elector.LeaseID) error {
+	if err := c.lock(ctx); err != nil {
+		return err
+	}
+	defer c.s.mu.Unlock()
+	c.s.dropLeaseLocked(id)
+	return nil
+}
+
+// Campaign implements elector.Backend.
+func (c *Client) Campaign(ctx context.Context, election string, value []byte, lease elector.LeaseID) (elector.Observation, error) {
+	if err := c.lock(ctx); err != nil {
+		return elector.Observation{}, err
+	}
+	defer c.s.mu.Unlock()
+	if _, ok := c.s.keys[election]; !ok {
+		if _, alive := c.s.leases[lease]; !alive {
+			return elector.Observation{}, elector.ErrLeaseNotFound
+		}
+		k := &key{value: clone(value), lease: lease, token: c.s.rev + 1}
+		c.s.keys[election] = k
+		c.s.writeLocked(election, &elector.Holder{Value: clone(value), Lease: lease, Token: k.token})
+	}
+	return c.s.observationLocked(election), nil
+}
+
+// Observe implements elector.Backend.
+func (c *Client) Observe(ctx context.Context, election string) (elector.Observation, error) {
+	if err := c.lock(ctx); err != nil {
+		return elector.Observation{}, err
+	}
+	defer c.s.mu.Unlock()
+	return c.s.observationLocked(election), nil
+}
+
+// Watch implements elector.Backend.
+func (c *Client) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
+	out := make(chan elector.Observation, 1)
+	go func() {
+		defer close(out)
+		for {
+			if err := c.lock(ctx); err != nil {
+				if ctx.Err() == nil {
+					select {
+					case out <- elector.Observation{Err: err}:
+					case <-ctx.Done():
+					}
+				}
+				return
+			}
+			var pending []elector.Observation
+			for _, o := range c.s.history[election] {
+				if o.Revision > afterRev {
+					pending = append(pending, o)
+				}
+			}
+			wake := c.s.changed
+			c.s.mu.Unlock()
+			for _, o := range pending {
+				select {
+				case out <- o:
+					afterRev = o.Revision
+				case <-ctx.Done():
+					return
+				}
+			}
+			if len(pending) == 0 {
+				select {
+				case <-wake:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// Update implements elector.Backend.
+func (c *Client) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
+	if err := c.lock(ctx); err != nil {
+		return false, err
+	}
+	defer c.s.mu.Unlock()
+	k, ok := c.s.keys[election]
+	if !ok || k.token != token {
+		return false, nil
+	}
+	k.value = clone(value)
+	c.s.writeLocked(election, &elector.Holder{Value: clone(value), Lease: k.lease, Token: k.token})
+	return true, nil
+}
+
+// Acknowledge implements elector.Backend.
+func (c *Client) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+	if err := c.lock(ctx); err != nil {
+		return err
+	}
+	defer c.s.mu.Unlock()
+	c.s.ackLocked(election, token, lease)
+	return nil
+}
+
+// ackLocked records the acknowledgement of term token. It outlives the holder's lease (the
+// holder may revoke it right after) and expires after the lease's TTL, a minute if the
+// lease is unknown.
+func (s *Store) ackLocked(election string, token int64, lease elector.LeaseID) {
+	ttl := time.Minute
+	if l, ok := s.leases[lease]; ok {
+		ttl = l.ttl
+	}
+	if s.acks[election] == nil {
+		s.acks[election] = make(map[int64]time.Time)
+	}
+	s.acks[election][token] = s.now.Add(ttl)
+	s.rev++
+	s.wakeLocked()
+}
+
+// Released implements elector.Backend.
+func (c *Client) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, error) {
+	if err := c.lock(ctx); err != nil {
+		return false, err
+	}
+	defer c.s.mu.Unlock()
+	if expires, ok := c.s.acks[election][token]; ok {
+		delete(c.s.acks[election], token) // consumed
+		if c.s.now.Before(expires) {
+			return true, nil
+		}
+	}
+	if lease == 0 {
+		return false, nil
+	}
+	_, alive := c.s.leases[lease]
+	return !alive, nil
+}
+
+// Release implements elector.Backend.
+func (c *Client) Release(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+	if err := c.lock(ctx); err != nil {
+		return err
+	}
+	defer c.s.mu.Unlock()
+	if k, ok := c.s.keys[election]; ok && k.token == token {
+		c.s.ackLocked(election, token, lease)
+		c.s.deleteLocked(election)
+	}
+	return nil
+}
+
+// Announce implements elector.Backend.
+func (c *Client) Announce(ctx context.Context, election, id string, lease elector.LeaseID) error {
+	if err := c.lock(ctx); err != nil {
+		return err
+	}
+	defer c.s.mu.Unlock()
+	if _, alive := c.s.leases[lease]; !alive {
+		return elector.ErrLeaseNotFound
+	}
+	if c.s.cands[election] == nil {
+		c.s.cands[election] = make(map[string]elector.LeaseID)
+	}
+	c.s.cands[election][id] = lease
+	c.s.rev++
+	return nil
+}
+
+// Candidates implements elector.Backend; the ids come sorted.
+func (c *Client) Candidates(ctx context.Context, election string) ([]string, error) {
+	if err := c.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer c.s.mu.Unlock()
+	ids := make([]string, 0, len(c.s.cands[election]))
+	for id := range c.s.cands[election] {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// SetIntent implements elector.Backend.
+func (c *Client) SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error {
+	if err := c.lock(ctx); err != nil {
+		return err
+	}
+	defer c.s.mu.Unlock()
+	c.s.intents[election] = intent{value: clone(value), expires: c.s.now.Add(ttl)}
+	c.s.intentRev[election]++
+	c.s.rev++
+	c.s.wakeLocked()
+	return nil
+}
+
+// ClearIntent implements elector.Backend.
+func (c *Client) ClearIntent(ctx context.Context, election string) error {
+	if err := c.lock(ctx); err != nil {
+		return err
+	}
+	defer c.s.mu.Unlock()
+	c.s.clearIntentLocked(election)
+	return nil
+}
+
+func (s *Store) clearIntentLocked(election string) {
+	if _, ok := s.intents[election]; ok {
+		delete(s.intents, election)
+		s.intentRev[election]++
+		s.rev++
+		s.wakeLocked()
+	}
+}
+
+// WatchIntent implements elector.Backend. Like a watch on a real store it reports the
+// intent whenever it changed, so two quick changes may show only as the later one; an
+// intent set again to the same value is reported again.
+func (c *Client) WatchIntent(ctx context.Context, election string) <-chan elector.IntentChange {
+	out := make(chan elector.IntentChange, 1)
+	go func() {
+		defer close(out)
+		var seenRev int64 = -1
+		for {
+			if err := c.lock(ctx); err != nil {
+				if ctx.Err() == nil {
+					select {
+					case out <- elector.IntentChange{Err: err}:
+					case <-ctx.Done():
+					}
+				}
+				return
+			}
+			in, ok := c.s.intents[election]
+			rev := c.s.intentRev[election]
+			wake := c.s.changed
+			c.s.mu.Unlock()
+			if rev != seenRev {
+				ch := elector.IntentChange{}
+				if ok {
+					ch.Value = clone(in.value)
+				}
+				select {
+				case out <- ch:
+					seenRev = rev
+				case <-ctx.Done():
+					return
+				}
+				continue
+			}
+			select {
+			case <-wake:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// Close implements elector.Backend.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	return nil
+}
+
+var _ elector.Backend = (*Client)(nil)

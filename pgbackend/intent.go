@@ -1,0 +1,125 @@
+package pgbackend
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// Announce implements elector.Backend: the row is bound to the lease and goes with it.
+func (b *Backend) Announce(ctx context.Context, election, id string, lease elector.LeaseID) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	tag, err := b.pool.Exec(ctx, fmt.Sprintf(`
+INSERT INTO %[1]s (election, id, lease)
+SELECT $1, $2, id FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp()
+ON CONFLICT (election, id) DO UPDATE SET lease = EXCLUDED.lease`,
+		b.names.candidates, b.names.leases), election, id, int64(lease))
+	if isForeignKeyViolation(err) || (err == nil && tag.RowsAffected() == 0) {
+		return elector.ErrLeaseNotFound
+	}
+	return b.describe(err)
+}
+
+// Candidates implements elector.Backend; the ids come sorted.
+func (b *Backend) Candidates(ctx context.Context, election string) ([]string, error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := b.pool.Query(ctx, fmt.Sprintf(`
+SELECT c.id FROM %[1]s c JOIN %[2]s l ON l.id = c.lease
+WHERE c.election = $1 AND l.expires_at > clock_timestamp()
+ORDER BY c.id`, b.names.candidates, b.names.leases), election)
+	if err != nil {
+		return nil, b.describe(err)
+	}
+	defer rows.Close()
+	ids := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, b.describe(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, b.describe(rows.Err())
+}
+
+// SetIntent implements elector.Backend. Expired intents of other elections are deleted on
+// the way.
+func (b *Backend) SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	ms := int64(math.Ceil(float64(ttl) / float64(time.Millisecond)))
+	_, err := b.pool.Exec(ctx, fmt.Sprintf(`
+WITH gc AS (DELETE FROM %[1]s WHERE expires_at <= clock_timestamp() AND election <> $1)
+INSERT INTO %[1]s (election, value, rev, expires_at)
+VALUES ($1, $2, %[2]s(), clock_timestamp() + $3::bigint * interval '1 millisecond')
+ON CONFLICT (election) DO UPDATE
+	SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at`,
+		b.names.intents, b.names.next), election, value, ms)
+	return b.describe(err)
+}
+
+// ClearIntent implements elector.Backend.
+func (b *Backend) ClearIntent(ctx context.Context, election string) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	_, err := b.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE election = $1`, b.names.intents), election)
+	return b.describe(err)
+}
+
+// WatchIntent implements elector.Backend, as Watch does: read again on a notification, at
+// the intent's expiry and every poll interval, and report what differs.
+func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elector.IntentChange {
+	out := make(chan elector.IntentChange, 1)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer close(out)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(b.ctx, cancel)
+		defer stop()
+		wake, unsubscribe := b.listener.subscribe(election)
+		defer unsubscribe()
+		if err := b.ready(ctx); err != nil {
+			send(ctx, out, elector.IntentChange{Err: err})
+			return
+		}
+		seen := int64(-1) // the rev of the intent last reported; 0 for none
+		for {
+			var (
+				value     []byte
+				rev       int64
+				remaining float64
+			)
+			err := b.pool.QueryRow(ctx, fmt.Sprintf(`
+SELECT value, rev, extract(epoch FROM expires_at - clock_timestamp())::float8
+FROM %s WHERE election = $1 AND expires_at > clock_timestamp()`, b.names.intents), election).
+				Scan(&value, &rev, &remaining)
+			if err != nil && !isNoRows(err) {
+				if ctx.Err() == nil {
+					send(ctx, out, elector.IntentChange{Err: b.describe(err)})
+				}
+				return
+			}
+			if rev != seen {
+				if !send(ctx, out, elector.IntentChange{Value: value}) {
+					return
+				}
+				seen = rev
+			}
+			if !b.sleep(ctx, wake, time.Duration(max(0, remaining)*float64(time.Second))) {
+				return
+			}
+		}
+	}()
+	return out
+}

@@ -1,0 +1,172 @@
+// Package pgbackend is the elector's Backend on PostgreSQL: leases as rows that expire by the
+// server's clock, single-statement campaigns and releases, and LISTEN/NOTIFY with polling for
+// watches. See docs/postgres.md.
+package pgbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// Config says how to reach PostgreSQL and which tables to use.
+type Config struct {
+	// DSN is a libpq connection string: a postgres:// URL or key=value pairs. It may
+	// carry sslmode and friends; the fields below override it.
+	DSN string
+	// Password, if set, replaces the DSN's.
+	Password string
+	// SSLMode, SSLRootCert, SSLCert and SSLKey, if set, replace the DSN's sslmode,
+	// sslrootcert, sslcert and sslkey (libpq's meaning).
+	SSLMode, SSLRootCert, SSLCert, SSLKey string
+	// TablePrefix begins the name of every table the store uses; DefaultPrefix if empty.
+	TablePrefix string
+	// SkipSchema, if set, never creates the tables: whoever manages the schema runs
+	// Schema's statements beforehand.
+	SkipSchema bool
+	// MaxConns bounds the connection pool (the listener connection comes on top).
+	// Default: 4.
+	MaxConns int32
+	// PollInterval is how often a watch reads again when no notification came. It is
+	// lowered to a third of the first granted lease TTL. Default: 1s.
+	PollInterval time.Duration
+	// DisableListen turns LISTEN off and leaves watches to polling alone, for a pooler in
+	// transaction mode that cannot deliver notifications (PgBouncer).
+	DisableListen bool
+	// Logger receives connection trouble of the listener; nil discards it.
+	Logger *zap.Logger
+}
+
+// Backend talks to one PostgreSQL database. New does not connect: connections are made by
+// the first requests, so a config can be validated without a reachable database.
+type Backend struct {
+	cfg   Config
+	names names
+	pool  *pgxpool.Pool
+	poll  atomic.Int64 // a time.Duration
+
+	schemaMu   sync.Mutex
+	schemaDone bool
+
+	// last holds the newest observation reported for each election (see Watch).
+	lastMu sync.Mutex
+	last   map[string]elector.Observation
+
+	listener *listener
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var _ elector.Backend = (*Backend)(nil)
+
+// New checks cfg and returns a Backend that has not connected yet.
+func New(cfg Config) (*Backend, error) {
+	if cfg.TablePrefix == "" {
+		cfg.TablePrefix = DefaultPrefix
+	}
+	if !prefixPattern.MatchString(cfg.TablePrefix) {
+		return nil, fmt.Errorf("pgbackend: table prefix %q: use lower-case letters, digits and _, at most 40", cfg.TablePrefix)
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 4
+	}
+	if cfg.MaxConns < 1 {
+		return nil, fmt.Errorf("pgbackend: max_conns %d must be at least 1", cfg.MaxConns)
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.PollInterval < 0 {
+		return nil, fmt.Errorf("pgbackend: poll interval %s is negative", cfg.PollInterval)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	pcfg, err := poolConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgbackend: %s: %w", Redact(cfg.DSN), err)
+	}
+	b := &Backend{cfg: cfg, names: newNames(cfg.TablePrefix), pool: pool, last: make(map[string]elector.Observation)}
+	b.poll.Store(int64(cfg.PollInterval))
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.listener = newListener(b, pcfg.ConnConfig)
+	return b, nil
+}
+
+// poolConfig parses the DSN with cfg's overrides. Statements run in QueryExecModeExec:
+// extended protocol with unnamed statements only, never a prepared statement that outlives
+// a request, so that a pooler in transaction mode can hand each request to any server
+// connection.
+func poolConfig(cfg Config) (*pgxpool.Config, error) {
+	dsn, err := withOverrides(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pgbackend: dsn %s: %w", Redact(cfg.DSN), redactErr(err, cfg))
+	}
+	if cfg.Password != "" {
+		pcfg.ConnConfig.Password = cfg.Password
+	}
+	pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pcfg.MaxConns = cfg.MaxConns
+	pcfg.MinConns = 0
+	pcfg.MaxConnIdleTime = time.Minute
+	pcfg.HealthCheckPeriod = 10 * time.Second
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	return pcfg, nil
+}
+
+// ErrClosed is returned by requests on a closed Backend.
+var ErrClosed = errors.New("pgbackend: closed")
+
+// ready makes sure the tables exist (once) before the first request.
+func (b *Backend) ready(ctx context.Context) error {
+	if b.ctx.Err() != nil {
+		return ErrClosed
+	}
+	b.listener.start()
+	if b.cfg.SkipSchema {
+		return nil
+	}
+	b.schemaMu.Lock()
+	defer b.schemaMu.Unlock()
+	if b.schemaDone {
+		return nil
+	}
+	if err := b.createSchema(ctx); err != nil {
+		return err
+	}
+	b.schemaDone = true
+	return nil
+}
+
+// Pool is the backend's connection pool, for tests and metrics.
+func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
+
+// Close implements elector.Backend: it ends watches and the listener and closes the pool.
+func (b *Backend) Close() error {
+	b.cancel()
+	b.listener.stop()
+	b.wg.Wait()
+	b.pool.Close()
+	return nil
+}

@@ -1,0 +1,150 @@
+package pgbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultPrefix begins the name of every table, sequence, function and trigger the store uses.
+const DefaultPrefix = "caddy_leader_"
+
+var prefixPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// names are the store's SQL object names for one prefix. Prefix is checked against
+// prefixPattern, so the names can be put into statements as they are.
+type names struct {
+	seq, next, leases, elections, intents, candidates, acks, notify, channel string
+}
+
+func newNames(prefix string) names {
+	return names{
+		seq:        prefix + "seq",
+		next:       prefix + "next",
+		leases:     prefix + "leases",
+		elections:  prefix + "elections",
+		intents:    prefix + "intents",
+		candidates: prefix + "candidates",
+		acks:       prefix + "released",
+		notify:     prefix + "notify",
+		channel:    prefix + "changes",
+	}
+}
+
+// Schema returns the statements that create the store's tables for prefix (DefaultPrefix
+// if empty), for those who manage the schema themselves (Config.SkipSchema). Running them
+// again changes nothing.
+func Schema(prefix string) (string, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !prefixPattern.MatchString(prefix) {
+		return "", fmt.Errorf("table prefix %q: use lower-case letters, digits and _, at most 40", prefix)
+	}
+	return schema(newNames(prefix)), nil
+}
+
+// schema is the DDL. Why each piece is there:
+//   - <prefix>next() hands out lease ids, fencing tokens and revisions: the server's WAL
+//     timeline in the top bits, a sequence below. A promoted standby that missed the last
+//     writes (asynchronous replication) may hand out sequence values the old primary
+//     already used, but it runs on a new, higher timeline, so its values are higher than
+//     any of the old primary's. 40 bits of sequence is a trillion values per timeline.
+//   - expires_at lives on the lease, shared by all the elections and announcements of one
+//     instance: one renewal per instance per ttl/3, however many elections, as with etcd.
+//     It is set from the server's clock_timestamp() only.
+//   - Everything bound to a lease references it ON DELETE CASCADE: revoking (or reaping)
+//     a lease deletes its election rows and announcements with it, and no row can ever
+//     point at a lease that does not exist. Acknowledgements are the exception: a holder
+//     revokes its lease right after letting go, and its successor must still find them;
+//     they carry an expires_at of their own (the holder's TTL) and are deleted when read.
+//   - The triggers NOTIFY listeners of every change of an election or intent row,
+//     whoever makes it (an operator's UPDATE or DELETE too).
+func schema(n names) string {
+	return fmt.Sprintf(`
+CREATE SEQUENCE IF NOT EXISTS %[1]s;
+CREATE OR REPLACE FUNCTION %[2]s() RETURNS bigint LANGUAGE sql VOLATILE AS $f$
+	SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint << 40)
+		| nextval('%[1]s')
+$f$;
+CREATE TABLE IF NOT EXISTS %[3]s (
+	id bigint PRIMARY KEY,
+	ttl_ms bigint NOT NULL,
+	expires_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS %[4]s (
+	name text PRIMARY KEY,
+	value bytea NOT NULL,
+	lease bigint NOT NULL REFERENCES %[3]s (id) ON DELETE CASCADE,
+	token bigint NOT NULL,
+	rev bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS %[4]s_lease ON %[4]s (lease);
+CREATE TABLE IF NOT EXISTS %[5]s (
+	election text PRIMARY KEY,
+	value bytea NOT NULL,
+	rev bigint NOT NULL,
+	expires_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS %[6]s (
+	election text NOT NULL,
+	id text NOT NULL,
+	lease bigint NOT NULL REFERENCES %[3]s (id) ON DELETE CASCADE,
+	PRIMARY KEY (election, id)
+);
+CREATE INDEX IF NOT EXISTS %[6]s_lease ON %[6]s (lease);
+CREATE TABLE IF NOT EXISTS %[7]s (
+	election text NOT NULL,
+	token bigint NOT NULL,
+	expires_at timestamptz NOT NULL,
+	PRIMARY KEY (election, token)
+);
+CREATE OR REPLACE FUNCTION %[8]s() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		PERFORM pg_notify('%[9]s', OLD.%[10]s);
+	ELSE
+		PERFORM pg_notify('%[9]s', NEW.%[10]s);
+	END IF;
+	RETURN NULL;
+END
+$f$;
+CREATE OR REPLACE TRIGGER %[4]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[4]s
+	FOR EACH ROW EXECUTE FUNCTION %[8]s();
+CREATE OR REPLACE FUNCTION %[8]s_intent() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		PERFORM pg_notify('%[9]s', OLD.election);
+	ELSE
+		PERFORM pg_notify('%[9]s', NEW.election);
+	END IF;
+	RETURN NULL;
+END
+$f$;
+CREATE OR REPLACE TRIGGER %[5]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[5]s
+	FOR EACH ROW EXECUTE FUNCTION %[8]s_intent();
+`, n.seq, n.next, n.leases, n.elections, n.intents, n.candidates, n.acks, n.notify, n.channel, "name")
+}
+
+// createSchema runs the DDL. Candidates that start together race to create the same
+// objects; the loser of such a race gets a unique violation and simply tries again.
+func (b *Backend) createSchema(ctx context.Context) error {
+	ddl := schema(b.names)
+	var err error
+	for range 5 {
+		_, err = b.pool.Exec(ctx, ddl, pgx.QueryExecModeSimpleProtocol)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != "23505" && pgErr.Code != "42P07" && pgErr.Code != "42710" && pgErr.Code != "XX000") {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("creating tables %s*: %w", strings.TrimSuffix(b.names.seq, "seq"), err)
+	}
+	return nil
+}
