@@ -39,6 +39,7 @@ type safetyReport struct {
 	StaleWrong int            // stale arrivals that also carry another instance's token
 	Wrong      int            // arrivals with another instance's token
 	Double     int            // double leadership, by the rule above
+	DoubleSpan time.Duration  // the longest time by which such a request's gate entry followed the newer term's first admission
 	Late       int            // older-term arrivals after a newer term's first, in flight
 	Overlap    time.Duration  // the longest stretch of such late arrivals past the newer term's first
 	Unstamp    int            // arrivals without a token or without gate stamps (a harness fault)
@@ -170,6 +171,7 @@ func checkSafety(name string, results []outcome, log []arrival, oldToken int64, 
 		}
 		if adm := admittedAbove[a.Token]; !adm.IsZero() && a.Entered.After(adm) {
 			rep.Double++
+			rep.DoubleSpan = max(rep.DoubleSpan, a.Entered.Sub(adm))
 			problem("double leadership: %s admitted request %s under token %d; its gate began %s after a newer term had admitted a request",
 				a.ServedBy, a.ReqID, a.Token, fmtDur(a.Entered.Sub(adm)))
 			continue

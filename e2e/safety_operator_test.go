@@ -1,0 +1,127 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// electionKey is the election key of the fleet's leader app (default prefix and election).
+const electionKey = "/caddy-leader/default"
+
+// operatorLinkDelay slows each way of the old leader's links to etcd while an operator acts,
+// so that it hears late of what the operator did (issue 10's set-up).
+const operatorLinkDelay = 300 * time.Millisecond
+
+// TestSafetyOperator: what an operator does by hand to the election in etcd, while the
+// leader's links to etcd are slow, must not let two instances admit at once, in any
+// follower mode:
+//
+//	go test -count=1 -v -run TestSafetyOperator ./e2e/
+//
+// key_deleted is `etcdctl del` of the election key, lease_revoked is `etcdctl lease
+// revoke` of the leader's lease. The clients' load goes round-robin to every instance, so
+// the leader is sent requests directly and, in forward mode, through its followers too.
+// Each scenario's report gives the double admissions it saw (count and longest overlap).
+func TestSafetyOperator(t *testing.T) {
+	needCaddy(t)
+	started := time.Now()
+	var reports []safetyReport
+	defer func() {
+		var b strings.Builder
+		b.WriteString("\n" + safetyTableHeader + "\n")
+		for _, r := range reports {
+			b.WriteString(r.row() + "\n")
+		}
+		t.Logf("RESULTS (ttl %v, leader's etcd links slowed by %v each way; %v in all):%s", ttl, operatorLinkDelay, time.Since(started).Round(time.Second), b.String())
+	}()
+
+	ops := []struct {
+		name string
+		act  func(s *scenarioRun, cli *clientv3.Client) error
+	}{
+		{"key_deleted", deleteElectionKey},
+		{"lease_revoked", revokeLeaderLease},
+	}
+	for _, op := range ops {
+		t.Run(op.name, func(t *testing.T) {
+			for _, mode := range []string{"reject", "redirect", "forward"} {
+				t.Run(mode, func(t *testing.T) {
+					rep := runScenario(t, safetyScenario{
+						name:   fmt.Sprintf("operator_%s_%s", op.name, mode),
+						load:   9 * time.Second,
+						change: mustChange,
+						config: func(c *Config) { c.Follower = mode },
+						fault:  operatorFault(op.act),
+					})
+					t.Logf("%s: %d double admissions (by time), overlap up to %s; %d stale arrivals (by token), %d with a wrong token",
+						rep.Scenario, rep.Double, fmtDur(rep.DoubleSpan), rep.Stale, rep.Wrong)
+					reports = append(reports, rep)
+				})
+			}
+		})
+	}
+}
+
+// operatorFault slows the leader's links to etcd, lets act strike, waits 2 x ttl and heals
+// the links. Then whoever leads must serve a gated request under a newer term.
+func operatorFault(act func(s *scenarioRun, cli *clientv3.Client) error) func(s *scenarioRun) {
+	return func(s *scenarioRun) {
+		cli := s.etcd.Client()
+		s.delay(s.leader, operatorLinkDelay)
+		s.mark("operator")
+		if err := act(s, cli); err != nil {
+			s.t.Fatal(err)
+		}
+		time.Sleep(2 * ttl)
+		s.heal(s.leader)
+
+		next, token := WaitStableLeader(s.t, s.fleet, recoverTimeout)
+		if token <= s.token {
+			s.t.Errorf("after the operator's act, %s leads with token %d, not newer than the old term's %d", next, token, s.token)
+		}
+		if o := s.post(next, "/gated/after", "after"); o.Status != http.StatusOK {
+			s.t.Errorf("new leader %s: /gated/after = %d, %v; want 200", next, o.Status, o.Err)
+		} else if a := s.waitArrival("after", 5*time.Second, false); a.Token != token || a.ServedBy != next.ID {
+			s.t.Errorf("new leader %s (token %d): /gated/after arrived from %s with token %d", next, token, a.ServedBy, a.Token)
+		}
+		s.notes = append(s.notes, fmt.Sprintf("%s:%d leads afterwards", next, token))
+	}
+}
+
+// deleteElectionKey is `etcdctl del` of the election key.
+func deleteElectionKey(s *scenarioRun, cli *clientv3.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Delete(ctx, electionKey)
+	if err != nil || resp.Deleted != 1 {
+		return fmt.Errorf("delete the election key: %v (deleted %v)", err, resp)
+	}
+	return nil
+}
+
+// revokeLeaderLease is `etcdctl lease revoke` of the lease the election key is bound to.
+func revokeLeaderLease(s *scenarioRun, cli *clientv3.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, electionKey)
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		return fmt.Errorf("read the election key: %v (%v)", err, resp)
+	}
+	kv := resp.Kvs[0]
+	if kv.CreateRevision != s.token {
+		return fmt.Errorf("the election key's term is %d, the leader's %d", kv.CreateRevision, s.token)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+		return fmt.Errorf("revoke lease %x of the election key: %v", kv.Lease, err)
+	}
+	s.notes = append(s.notes, fmt.Sprintf("revoked lease %x", kv.Lease))
+	return nil
+}
