@@ -159,14 +159,14 @@ func checkSafety(name string, results []outcome, log []arrival, oldToken int64, 
 			if a.ServedBy != owner[a.Token] {
 				rep.StaleWrong++
 			}
-			problem("stale arrival: request %s served by %s with token %d after token %d had arrived (arrived %s after the fault)",
-				a.ReqID, a.ServedBy, a.Token, highest, fmtDur(a.At.Sub(faultAt)))
+			problem("stale arrival: request %s served by %s with token %d after token %d had arrived (arrived %s)",
+				a.ReqID, a.ServedBy, a.Token, highest, sinceFault(a.At, faultAt))
 		}
 		highest = max(highest, a.Token)
 		if a.ServedBy != owner[a.Token] {
 			rep.Wrong++
-			problem("wrong token: request %s served by %s with token %d, which is %s's term (gate entered %s after the fault)",
-				a.ReqID, a.ServedBy, a.Token, owner[a.Token], fmtDur(a.Entered.Sub(faultAt)))
+			problem("wrong token: request %s served by %s with token %d, which is %s's term (gate entered %s)",
+				a.ReqID, a.ServedBy, a.Token, owner[a.Token], sinceFault(a.Entered, faultAt))
 			continue
 		}
 		if adm := admittedAbove[a.Token]; !adm.IsZero() && a.Entered.After(adm) {
@@ -211,6 +211,15 @@ func checkSafety(name string, results []outcome, log []arrival, oldToken int64, 
 		prev = t
 	}
 	return rep
+}
+
+// sinceFault renders t as the time since the fault, or as the time of day when there is
+// no fault (a soak's faults are many).
+func sinceFault(t, faultAt time.Time) string {
+	if faultAt.IsZero() {
+		return "at " + t.Format("15:04:05.000")
+	}
+	return fmtDur(t.Sub(faultAt)) + " after the fault"
 }
 
 // fmtDur renders d for the table: ms below a second, else seconds with two decimals.
@@ -270,6 +279,16 @@ func (r safetyReport) row() string {
 
 const safetyTableHeader = "| scenario | terms (instance:token) | wrong token | stale arrivals | double leadership | old leader admitted until | longest time with no request served | first request of the new term | client errors | notes |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|"
+
+// safetyTable renders reports as the results table, header first.
+func safetyTable(reports []safetyReport) string {
+	var b strings.Builder
+	b.WriteString("\n" + safetyTableHeader + "\n")
+	for _, r := range reports {
+		b.WriteString(r.row() + "\n")
+	}
+	return b.String()
+}
 
 // fmtStatuses renders counts by status as "503×12, no answer×1", with 200 only if ok.
 func fmtStatuses(counts map[int]int, ok bool) string {

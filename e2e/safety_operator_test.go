@@ -6,10 +6,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -35,12 +35,7 @@ func TestSafetyOperator(t *testing.T) {
 	started := time.Now()
 	var reports []safetyReport
 	defer func() {
-		var b strings.Builder
-		b.WriteString("\n" + safetyTableHeader + "\n")
-		for _, r := range reports {
-			b.WriteString(r.row() + "\n")
-		}
-		t.Logf("RESULTS (ttl %v, leader's etcd links slowed by %v each way; %v in all):%s", ttl, operatorLinkDelay, time.Since(started).Round(time.Second), b.String())
+		t.Logf("RESULTS (ttl %v, leader's etcd links slowed by %v each way; %v in all):%s", ttl, operatorLinkDelay, time.Since(started).Round(time.Second), safetyTable(reports))
 	}()
 
 	ops := []struct {
@@ -96,7 +91,7 @@ func operatorFault(act func(s *scenarioRun, cli *clientv3.Client) error) func(s 
 	}
 }
 
-// deleteElectionKey is `etcdctl del` of the election key.
+// deleteElectionKey is `etcdctl del` of the election key, by the operator in s.
 func deleteElectionKey(s *scenarioRun, cli *clientv3.Client) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -107,21 +102,34 @@ func deleteElectionKey(s *scenarioRun, cli *clientv3.Client) error {
 	return nil
 }
 
-// revokeLeaderLease is `etcdctl lease revoke` of the lease the election key is bound to.
+// revokeLeaderLease is `etcdctl lease revoke` of the leader's lease, by the operator in s.
 func revokeLeaderLease(s *scenarioRun, cli *clientv3.Client) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, electionKey)
-	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
-		return fmt.Errorf("read the election key: %v (%v)", err, resp)
+	kv, err := revokeElectionLease(ctx, cli)
+	if err != nil {
+		return err
 	}
-	kv := resp.Kvs[0]
 	if kv.CreateRevision != s.token {
-		return fmt.Errorf("the election key's term is %d, the leader's %d", kv.CreateRevision, s.token)
-	}
-	if _, err := cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
-		return fmt.Errorf("revoke lease %x of the election key: %v", kv.Lease, err)
+		return fmt.Errorf("revoked the lease of term %d, not the leader's %d", kv.CreateRevision, s.token)
 	}
 	s.notes = append(s.notes, fmt.Sprintf("revoked lease %x", kv.Lease))
 	return nil
+}
+
+// revokeElectionLease revokes the lease the election key is bound to, and returns the key
+// as it was.
+func revokeElectionLease(ctx context.Context, cli *clientv3.Client) (*mvccpb.KeyValue, error) {
+	resp, err := cli.Get(ctx, electionKey)
+	if err != nil {
+		return nil, fmt.Errorf("read the election key: %v", err)
+	}
+	if len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		return nil, fmt.Errorf("no election key bound to a lease: %v", resp.Kvs)
+	}
+	kv := resp.Kvs[0]
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+		return nil, fmt.Errorf("revoke lease %x of term %d: %v", kv.Lease, kv.CreateRevision, err)
+	}
+	return kv, nil
 }
