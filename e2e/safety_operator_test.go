@@ -71,7 +71,6 @@ func operatorFault(act func(s *scenarioRun, cli *clientv3.Client) error) func(s 
 	return func(s *scenarioRun) {
 		cli := s.etcd.Client()
 		s.delay(s.leader, operatorLinkDelay)
-		s.mark("operator")
 		if err := act(s, cli); err != nil {
 			s.t.Fatal(err)
 		}
