@@ -185,7 +185,7 @@ func newSoak(t *testing.T, env *safetyEnv, seed int64, kinds []soakFault) *soak 
 }
 
 func (s *soak) event(format string, args ...any) {
-	s.timeline = append(s.timeline, fmt.Sprintf("%8s  %s", fmtDur(time.Since(s.start)), fmt.Sprintf(format, args...)))
+	s.timeline = append(s.timeline, fmt.Sprintf("%8s  %s", s.at(time.Now()), fmt.Sprintf(format, args...)))
 }
 
 // current returns the current process of every instance.
@@ -474,6 +474,12 @@ func (s *soak) restart(id string) {
 // instance that served it was stopped at some time between its gate entry and its
 // arrival, for it was admitted before the freeze.
 func (s *soak) checkStale(log []arrival) {
+	firstAdmitted := map[int64]time.Time{} // each term's earliest X-Admitted-At
+	for _, a := range log {
+		if first, ok := firstAdmitted[a.Token]; !a.Admitted.IsZero() && (!ok || a.Admitted.Before(first)) {
+			firstAdmitted[a.Token] = a.Admitted
+		}
+	}
 	var highest int64
 	excused, unexplained := 0, 0
 	for _, a := range log {
@@ -484,8 +490,10 @@ func (s *soak) checkStale(log []arrival) {
 			if s.frozenBetween(a.ServedBy, a.Entered, a.At) {
 				excused++
 			} else if unexplained++; unexplained <= 10 {
-				s.t.Errorf("STALE ARRIVAL: request %s served by %s with token %d after token %d had arrived; gate entered %s, arrived %s (soak time), and %s was not frozen in between",
-					a.ReqID, a.ServedBy, a.Token, highest, fmtDur(a.Entered.Sub(s.start)), fmtDur(a.At.Sub(s.start)), a.ServedBy)
+				// The gate may hold a request (hold) before it admits it, so the gate entry
+				// is a loose bound; X-Admitted-At is stamped as the admitted request leaves.
+				s.t.Errorf("STALE ARRIVAL: request %s served by %s with token %d after token %d had arrived, and %s was not frozen in between; soak time: gate entered %s, sent on %s (term %d's first was sent on %s), arrived %s",
+					a.ReqID, a.ServedBy, a.Token, highest, a.ServedBy, s.at(a.Entered), s.at(a.Admitted), highest, s.at(firstAdmitted[highest]), s.at(a.At))
 			}
 		}
 		highest = max(highest, a.Token)
@@ -497,6 +505,9 @@ func (s *soak) checkStale(log []arrival) {
 		s.t.Logf("soak: %d stale arrivals of requests admitted before their instance was frozen", excused)
 	}
 }
+
+// at renders t as the time since the soak began.
+func (s *soak) at(t time.Time) string { return fmt.Sprintf("%.3fs", t.Sub(s.start).Seconds()) }
 
 func (s *soak) frozenBetween(id string, from, till time.Time) bool {
 	for _, w := range s.frozen {
