@@ -40,6 +40,7 @@ type safetyReport struct {
 	StaleWrong int            // stale arrivals that also carry another instance's token
 	Wrong      int            // arrivals with another instance's token
 	Double     int            // double leadership, by the rule above
+	DoubleSpan time.Duration  // the longest time by which such a request's gate entry followed the newer term's first admission
 	Late       int            // older-term arrivals after a newer term's first, in flight
 	Overlap    time.Duration  // the longest stretch of such late arrivals past the newer term's first
 	Unstamp    int            // arrivals without a token or without gate stamps (a harness fault)
@@ -159,18 +160,19 @@ func checkSafety(name string, results []outcome, log []arrival, oldToken int64, 
 			if a.ServedBy != owner[a.Token] {
 				rep.StaleWrong++
 			}
-			problem("stale arrival: request %s served by %s with token %d after token %d had arrived (arrived %s after the fault)",
-				a.ReqID, a.ServedBy, a.Token, highest, fmtDur(a.At.Sub(faultAt)))
+			problem("stale arrival: request %s served by %s with token %d after token %d had arrived (arrived %s)",
+				a.ReqID, a.ServedBy, a.Token, highest, sinceFault(a.At, faultAt))
 		}
 		highest = max(highest, a.Token)
 		if a.ServedBy != owner[a.Token] {
 			rep.Wrong++
-			problem("wrong token: request %s served by %s with token %d, which is %s's term (gate entered %s after the fault)",
-				a.ReqID, a.ServedBy, a.Token, owner[a.Token], fmtDur(a.Entered.Sub(faultAt)))
+			problem("wrong token: request %s served by %s with token %d, which is %s's term (gate entered %s)",
+				a.ReqID, a.ServedBy, a.Token, owner[a.Token], sinceFault(a.Entered, faultAt))
 			continue
 		}
 		if adm := admittedAbove[a.Token]; !adm.IsZero() && a.Entered.After(adm) {
 			rep.Double++
+			rep.DoubleSpan = max(rep.DoubleSpan, a.Entered.Sub(adm))
 			problem("double leadership: %s admitted request %s under token %d; its gate began %s after a newer term had admitted a request",
 				a.ServedBy, a.ReqID, a.Token, fmtDur(a.Entered.Sub(adm)))
 			continue
@@ -210,6 +212,15 @@ func checkSafety(name string, results []outcome, log []arrival, oldToken int64, 
 		prev = t
 	}
 	return rep
+}
+
+// sinceFault renders t as the time since the fault, or as the time of day when there is
+// no fault (a soak's faults are many).
+func sinceFault(t, faultAt time.Time) string {
+	if faultAt.IsZero() {
+		return "at " + t.Format("15:04:05.000")
+	}
+	return fmtDur(t.Sub(faultAt)) + " after the fault"
 }
 
 // fmtDur renders d for the table: ms below a second, else seconds with two decimals.
@@ -269,6 +280,16 @@ func (r safetyReport) row() string {
 
 const safetyTableHeader = "| scenario | terms (instance:token) | wrong token | stale arrivals | double leadership | old leader admitted until | longest time with no request served | first request of the new term | client errors | notes |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|"
+
+// safetyTable renders reports as the results table, header first.
+func safetyTable(reports []safetyReport) string {
+	var b strings.Builder
+	b.WriteString("\n" + safetyTableHeader + "\n")
+	for _, r := range reports {
+		b.WriteString(r.row() + "\n")
+	}
+	return b.String()
+}
 
 // fmtStatuses renders counts by status as "503×12, no answer×1", with 200 only if ok.
 func fmtStatuses(counts map[int]int, ok bool) string {

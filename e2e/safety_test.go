@@ -190,12 +190,7 @@ func TestSafety(t *testing.T) {
 	started := time.Now()
 	var reports []safetyReport
 	defer func() {
-		var b strings.Builder
-		b.WriteString("\n" + safetyTableHeader + "\n")
-		for _, r := range reports {
-			b.WriteString(r.row() + "\n")
-		}
-		t.Logf("RESULTS (ttl %v, %d instances, 3 etcd member processes, %d req/s; %v in all):%s", ttl, safetyInstances, safetyRate, time.Since(started).Round(time.Second), b.String())
+		t.Logf("RESULTS (ttl %v, %d instances, 3 etcd member processes, %d req/s; %v in all):%s", ttl, safetyInstances, safetyRate, time.Since(started).Round(time.Second), safetyTable(reports))
 	}()
 
 	for _, sc := range safetyScenarios() {

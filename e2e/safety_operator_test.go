@@ -1,0 +1,147 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// electionKey is the election key of the fleet's leader app (default prefix and election).
+const electionKey = "/caddy-leader/default"
+
+// operatorLinkDelay slows each way of the old leader's links to etcd while an operator acts,
+// so that it hears late of what the operator did (issue 10's set-up).
+const operatorLinkDelay = 300 * time.Millisecond
+
+// TestSafetyOperator: what an operator does by hand to the election in etcd, while the
+// leader hears of it late, must not let two instances admit at once, in any follower mode:
+//
+//	go test -count=1 -v -run TestSafetyOperator ./e2e/
+//
+// key_deleted is `etcdctl del` of the election key and lease_revoked `etcdctl lease revoke`
+// of the leader's lease, while the leader's links to etcd are slow. key_deleted_while_cut_off
+// deletes the key half a ttl after the leader was cut off from etcd: its lease then has
+// less than a second left, which etcd reports as a TTL of 0, while the leader still admits
+// until its own deadline. The clients' load goes round-robin to every instance, so the
+// leader is sent requests directly and, in forward mode, through its followers too. Each
+// scenario's report gives the double admissions it saw (count and longest overlap).
+func TestSafetyOperator(t *testing.T) {
+	needCaddy(t)
+	started := time.Now()
+	var reports []safetyReport
+	defer func() {
+		t.Logf("RESULTS (ttl %v; %v in all):%s", ttl, time.Since(started).Round(time.Second), safetyTable(reports))
+	}()
+
+	allModes := []string{"reject", "redirect", "forward"}
+	ops := []struct {
+		name  string
+		cut   bool     // cut the leader's links, rather than slow them
+		modes []string // follower modes to run it in
+		act   func(s *scenarioRun, cli *clientv3.Client) error
+	}{
+		{"key_deleted", false, allModes, deleteElectionKey},
+		{"lease_revoked", false, allModes, revokeLeaderLease},
+		// One mode: the hole is in the successor's wait, whatever the followers do.
+		{"key_deleted_while_cut_off", true, []string{"forward"}, deleteElectionKey},
+	}
+	for _, op := range ops {
+		t.Run(op.name, func(t *testing.T) {
+			for _, mode := range op.modes {
+				t.Run(mode, func(t *testing.T) {
+					rep := runScenario(t, safetyScenario{
+						name:   fmt.Sprintf("operator_%s_%s", op.name, mode),
+						load:   9 * time.Second,
+						change: mustChange,
+						config: func(c *Config) { c.Follower = mode },
+						fault:  operatorFault(op.cut, op.act),
+					})
+					t.Logf("%s: %d double admissions (by time), overlap up to %s; %d stale arrivals (by token), %d with a wrong token",
+						rep.Scenario, rep.Double, fmtDur(rep.DoubleSpan), rep.Stale, rep.Wrong)
+					reports = append(reports, rep)
+				})
+			}
+		})
+	}
+}
+
+// operatorFault slows the leader's links to etcd by operatorLinkDelay, or cuts them and
+// waits half a ttl, lets act strike, waits 2 x ttl and heals the links. Then whoever leads
+// must serve a gated request under a newer term.
+func operatorFault(cut bool, act func(s *scenarioRun, cli *clientv3.Client) error) func(s *scenarioRun) {
+	return func(s *scenarioRun) {
+		cli := s.etcd.Client()
+		if cut {
+			s.cut(s.leader)
+			time.Sleep(ttl / 2)
+		} else {
+			s.delay(s.leader, operatorLinkDelay)
+		}
+		if err := act(s, cli); err != nil {
+			s.t.Fatal(err)
+		}
+		time.Sleep(2 * ttl)
+		s.heal(s.leader)
+
+		next, token := WaitStableLeader(s.t, s.fleet, recoverTimeout)
+		if token <= s.token {
+			s.t.Errorf("after the operator's act, %s leads with token %d, not newer than the old term's %d", next, token, s.token)
+		}
+		if o := s.post(next, "/gated/after", "after"); o.Status != http.StatusOK {
+			s.t.Errorf("new leader %s: /gated/after = %d, %v; want 200", next, o.Status, o.Err)
+		} else if a := s.waitArrival("after", 5*time.Second, false); a.Token != token || a.ServedBy != next.ID {
+			s.t.Errorf("new leader %s (token %d): /gated/after arrived from %s with token %d", next, token, a.ServedBy, a.Token)
+		}
+		s.notes = append(s.notes, fmt.Sprintf("%s:%d leads afterwards", next, token))
+	}
+}
+
+// deleteElectionKey is `etcdctl del` of the election key, by the operator in s.
+func deleteElectionKey(s *scenarioRun, cli *clientv3.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Delete(ctx, electionKey)
+	if err != nil || resp.Deleted != 1 {
+		return fmt.Errorf("delete the election key: %v (deleted %v)", err, resp)
+	}
+	return nil
+}
+
+// revokeLeaderLease is `etcdctl lease revoke` of the leader's lease, by the operator in s.
+func revokeLeaderLease(s *scenarioRun, cli *clientv3.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := revokeElectionLease(ctx, cli)
+	if err != nil {
+		return err
+	}
+	if kv.CreateRevision != s.token {
+		return fmt.Errorf("revoked the lease of term %d, not the leader's %d", kv.CreateRevision, s.token)
+	}
+	s.notes = append(s.notes, fmt.Sprintf("revoked lease %x", kv.Lease))
+	return nil
+}
+
+// revokeElectionLease revokes the lease the election key is bound to, and returns the key
+// as it was.
+func revokeElectionLease(ctx context.Context, cli *clientv3.Client) (*mvccpb.KeyValue, error) {
+	resp, err := cli.Get(ctx, electionKey)
+	if err != nil {
+		return nil, fmt.Errorf("read the election key: %v", err)
+	}
+	if len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		return nil, fmt.Errorf("no election key bound to a lease: %v", resp.Kvs)
+	}
+	kv := resp.Kvs[0]
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil {
+		return nil, fmt.Errorf("revoke lease %x of term %d: %v", kv.Lease, kv.CreateRevision, err)
+	}
+	return kv, nil
+}
