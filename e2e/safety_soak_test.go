@@ -375,7 +375,7 @@ func (s *soak) strike() {
 		s.event("SIGTERM %s (%s)", in, role)
 		s.after(s.between(time.Second, 3*time.Second), "restart "+target+" once it has exited", func() {
 			select {
-			case <-in.exited:
+			case <-in.Process().Exited():
 			case <-time.After(exitTimeout):
 				s.t.Errorf("instance %s: still running %v after SIGTERM (drain_timeout 3s); killing it", in, exitTimeout)
 				in.Kill()
