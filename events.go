@@ -1,6 +1,7 @@
 package caddyleader
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -39,6 +40,9 @@ type candidateObserver struct {
 	ctx    caddy.Context
 	self   string // this instance's instance_id
 	queue  chan pendingEvent
+	// started is closed when Caddy has started every app of the config: the events app
+	// subscribes its handlers in its Start, and an Emit before then would race with that.
+	started chan struct{}
 
 	// outage is the store outage in progress (nil while the store answers): the first
 	// failed lease request opens it, the next confirmed one closes it.
@@ -65,13 +69,37 @@ func newCandidateObserver(ctx caddy.Context, self string) (*candidateObserver, e
 	if err != nil {
 		return nil, err
 	}
-	o := &candidateObserver{events: events.(*caddyevents.App), ctx: ctx, self: self, queue: make(chan pendingEvent, eventQueueSize)}
+	o := &candidateObserver{events: events.(*caddyevents.App), ctx: ctx, self: self,
+		queue: make(chan pendingEvent, eventQueueSize), started: make(chan struct{})}
+	// Caddy emits "started" once every app of the config, the events app included, has
+	// started; subscribing here, while the config is still being provisioned, is allowed.
+	if err := o.events.On("started", configStarted{o.started}); err != nil {
+		return nil, err
+	}
 	go o.emitLoop()
 	return o, nil
 }
 
-// emitLoop sends events until the config that made this observer is unloaded.
+// configStarted closes its channel when the config has started.
+type configStarted struct{ started chan struct{} }
+
+// Handle implements caddyevents.Handler.
+func (h configStarted) Handle(context.Context, caddy.Event) error {
+	select {
+	case <-h.started:
+	default:
+		close(h.started)
+	}
+	return nil
+}
+
+// emitLoop sends events, from the moment the config has started until it is unloaded.
 func (o *candidateObserver) emitLoop() {
+	select {
+	case <-o.ctx.Done():
+		return
+	case <-o.started:
+	}
 	for {
 		select {
 		case <-o.ctx.Done():
@@ -144,4 +172,7 @@ func (o *candidateObserver) StoreContacted() {
 	})
 }
 
-var _ elector.ContactObserver = (*candidateObserver)(nil)
+var (
+	_ elector.ContactObserver = (*candidateObserver)(nil)
+	_ caddyevents.Handler     = configStarted{}
+)
