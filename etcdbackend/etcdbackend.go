@@ -404,7 +404,7 @@ func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64
 		return send(broken(err))
 	}
 	at := b.mark()
-	rewound, err := b.watchStart(afterRev)
+	rewound, err := b.watchStart(ctx, cli, afterRev)
 	if err != nil {
 		return send(broken(err))
 	}

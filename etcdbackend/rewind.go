@@ -192,14 +192,35 @@ func (b *Backend) loose(ctx context.Context, cli *clientv3.Client, m mark, h *pb
 
 // watchStart returns what a watch from after afterRev needs: a channel closed at the
 // next detected rewind, and an error if afterRev itself is of a history already left
-// behind (it is above every revision seen since the rewind).
-func (b *Backend) watchStart(afterRev int64) (<-chan struct{}, error) {
+// behind. A revision above every one this backend has seen may also come from another
+// client that is simply ahead of it; a linearizable read tells the two apart.
+func (b *Backend) watchStart(ctx context.Context, cli *clientv3.Client, afterRev int64) (<-chan struct{}, error) {
+	rewound, ahead := b.watchRewound(afterRev)
+	if ahead {
+		m := b.mark()
+		rctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+		resp, err := cli.Get(leaderCtx(rctx), b.cfg.Prefix, clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			return nil, b.describe(err)
+		}
+		if err := b.checked(m, resp.Header); err != nil {
+			return nil, err
+		}
+		if resp.Header.Revision < afterRev {
+			return nil, rewoundError(afterRev, resp.Header.Revision)
+		}
+		rewound, _ = b.watchRewound(afterRev)
+	}
+	return rewound, nil
+}
+
+// watchRewound returns the channel closed at the next detected rewind, and whether afterRev
+// is above every revision this backend has seen.
+func (b *Backend) watchRewound(afterRev int64) (<-chan struct{}, bool) {
 	b.revs.mu.Lock()
 	defer b.revs.mu.Unlock()
-	if afterRev > b.revs.highest {
-		return nil, rewoundError(afterRev, b.revs.highest)
-	}
-	return b.revs.rewound, nil
+	return b.revs.rewound, afterRev > b.revs.highest
 }
 
 // takeRenewOwed reports, once, a rewind that Renew has yet to report.

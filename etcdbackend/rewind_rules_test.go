@@ -125,9 +125,9 @@ func TestRewindReachesRenewAndWatches(t *testing.T) {
 	defer b.Close()
 	m := b.mark()
 	_ = b.checked(m, &pb.ResponseHeader{Revision: 100})
-	open, err := b.watchStart(100)
-	if err != nil {
-		t.Fatal(err)
+	open, ahead := b.watchRewound(100)
+	if ahead {
+		t.Fatal("revision 100, just seen, counts as ahead")
 	}
 	m = b.mark()
 	if err := b.checked(m, &pb.ResponseHeader{Revision: 10}); !errors.Is(err, elector.ErrStoreRewound) {
@@ -138,15 +138,15 @@ func TestRewindReachesRenewAndWatches(t *testing.T) {
 	default:
 		t.Error("a watch open at the rewind was not told")
 	}
-	if _, err := b.watchStart(100); !errors.Is(err, elector.ErrStoreRewound) {
-		t.Errorf("a watch from revision 100 of the old history started: %v", err)
+	if _, ahead := b.watchRewound(100); !ahead {
+		t.Error("a watch from revision 100 of the old history does not call for a check")
 	}
 	if !b.takeRenewOwed() || b.takeRenewOwed() {
 		t.Error("the rewind is not owed to exactly one Renew")
 	}
 	_ = b.checked(b.mark(), &pb.ResponseHeader{Revision: 11})
-	if _, err := b.watchStart(11); err != nil {
-		t.Errorf("a watch of the new history: %v", err)
+	if _, ahead := b.watchRewound(11); ahead {
+		t.Error("a watch of the new history calls for a check")
 	}
 	_ = b.checkTerm(b.mark(), "e", 12, &elector.Holder{Token: 12})
 	_ = b.checkTerm(b.mark(), "e", 13, &elector.Holder{Token: 3}) // a stale term: owed again
