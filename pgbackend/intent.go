@@ -79,22 +79,9 @@ func (b *Backend) ClearIntent(ctx context.Context, election string) error {
 // the intent's expiry and every poll interval, and report what differs.
 func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elector.IntentChange {
 	out := make(chan elector.IntentChange, 1)
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		defer close(out)
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(b.ctx, cancel)
-		defer stop()
-		wake, unsubscribe := b.listener.subscribe(election)
-		defer unsubscribe()
-		if err := b.ready(ctx); err != nil {
-			send(ctx, out, elector.IntentChange{Err: err})
-			return
-		}
-		seen := int64(-1) // the rev of the intent last reported; 0 for none
-		for {
+	seen := int64(-1) // the rev of the intent last reported; 0 for none
+	b.follow(ctx, election, func(err error) { send(ctx, out, elector.IntentChange{Err: err}) },
+		func(ctx context.Context) (time.Duration, bool) {
 			var (
 				value     []byte
 				rev       int64
@@ -108,18 +95,15 @@ FROM %s WHERE election = $1 AND expires_at > clock_timestamp()`, b.names.intents
 				if ctx.Err() == nil {
 					send(ctx, out, elector.IntentChange{Err: b.describe(err)})
 				}
-				return
+				return 0, false
 			}
 			if rev != seen {
 				if !send(ctx, out, elector.IntentChange{Value: value}) {
-					return
+					return 0, false
 				}
 				seen = rev
 			}
-			if !b.sleep(ctx, wake, time.Duration(max(0, remaining)*float64(time.Second))) {
-				return
-			}
-		}
-	}()
+			return time.Duration(max(0, remaining) * float64(time.Second)), true
+		}, func() { close(out) })
 	return out
 }

@@ -43,30 +43,17 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	out := make(chan elector.Observation, 1)
 	base, known := b.baseline(election, afterRev)
 	baseRev := int64(0)
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		defer close(out)
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(b.ctx, cancel)
-		defer stop()
-		wake, unsubscribe := b.listener.subscribe(election)
-		defer unsubscribe()
-		if err := b.ready(ctx); err != nil {
-			send(ctx, out, elector.Observation{Err: err})
-			return
-		}
-		if known && base.Holder != nil {
-			baseRev = -1 // the row's revision is not in an Observation: any read differs
-		}
-		for {
+	if known && base.Holder != nil {
+		baseRev = -1 // the row's revision is not in an Observation: any read differs
+	}
+	b.follow(ctx, election, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
+		func(ctx context.Context) (time.Duration, bool) {
 			r, err := b.read(ctx, election, 0)
 			if err != nil {
 				if ctx.Err() == nil {
 					send(ctx, out, elector.Observation{Err: err})
 				}
-				return
+				return 0, false
 			}
 			if !known && r.obs.Holder != nil && r.rowRev <= afterRev {
 				// Not written since afterRev: the caller saw this state already.
@@ -74,17 +61,44 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 			}
 			if !known || changed(base, baseRev, r) {
 				if !send(ctx, out, r.obs) {
-					return
+					return 0, false
 				}
 				b.remember(election, r.obs)
 				base, baseRev, known = r.obs, r.rowRev, true
 			}
-			if !b.sleep(ctx, wake, r.remaining) {
+			return r.remaining, true
+		}, func() { close(out) })
+	return out
+}
+
+// follow looks at an election's rows in a goroutine of the backend: once at the start,
+// then again on every notification for the election, every poll interval, and a little
+// past the moment look says something expires (0: nothing does), until look returns false
+// or ctx or the backend ends; then it calls done. broken is told if the backend is not
+// ready to start with.
+func (b *Backend) follow(ctx context.Context, election string, broken func(error),
+	look func(ctx context.Context) (time.Duration, bool), done func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer done()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(b.ctx, cancel)
+		defer stop()
+		wake, unsubscribe := b.listener.subscribe(election)
+		defer unsubscribe()
+		if err := b.ready(ctx); err != nil {
+			broken(err)
+			return
+		}
+		for {
+			expiry, ok := look(ctx)
+			if !ok || !b.sleep(ctx, wake, expiry) {
 				return
 			}
 		}
 	}()
-	return out
 }
 
 // changed reports whether r differs from the state last reported (base, whose row revision
