@@ -55,6 +55,10 @@ type Election struct {
 	// releasing is the token of this instance's term whose release has begun: that term
 	// admits nothing any more (see Term.Releasing).
 	releasing int64
+	// letGo is the token of the newest term of this instance's that it released: a watch
+	// may still replay earlier writes of that term's key (its heartbeats), which must not
+	// make the term look held again.
+	letGo int64
 	// transferHere is set while a transfer to this instance is pending: winning the key
 	// completes it, and the intent is then cleared so that the others campaign again.
 	transferHere bool

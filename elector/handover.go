@@ -71,6 +71,7 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 		return err
 	}
 	e.mu.Lock()
+	e.letGo = max(e.letGo, t.Token)
 	if cur := e.term.Load(); cur.lease != nil && cur.Token == t.Token {
 		e.publishLocked(Record{}, 0, nil, e.resignedReasonLocked())
 	}

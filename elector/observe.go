@@ -50,6 +50,9 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		e.c.log().Error("another process holds this election under the same instance_id; the lease decides, so this one stays a follower: give every instance its own instance_id",
 			zap.String("election", e.name), zap.String("instance_id", rec.ID), zap.Int64("their_lease", int64(h.Lease)))
 	}
+	if mine != nil && h.Token <= e.letGo {
+		return // a replayed write of a term this instance has released; its delete follows
+	}
 	if mine == nil {
 		e.prev.saw(h, rec, e.c.now())
 	}
