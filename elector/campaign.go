@@ -16,7 +16,7 @@ func (e *Election) run(ctx context.Context) {
 			return
 		}
 		e.announce(ctx, l)
-		obs, err := e.read(ctx, l)
+		obs, campaigned, err := e.read(ctx, l)
 		if err == nil {
 			retry.reset()
 			e.observe(obs, l, false)
@@ -26,7 +26,7 @@ func (e *Election) run(ctx context.Context) {
 					_ = e.handOver(ctx, 0)
 				}
 			}
-			err = e.follow(ctx, l, obs.Revision)
+			err = e.follow(ctx, l, obs.Revision, campaigned)
 		}
 		if ctx.Err() != nil {
 			return
@@ -41,30 +41,38 @@ func (e *Election) run(ctx context.Context) {
 	}
 }
 
-// read campaigns for the key, or only looks at it while held off after a resign.
-func (e *Election) read(ctx context.Context, l *lease) (Observation, error) {
+// read campaigns for the key, or only looks at it while held off after a resign; it
+// reports which it did.
+func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
 	if _, held := e.heldOff(); held {
-		return e.c.cfg.Backend.Observe(rctx, e.name)
+		obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
+		return obs, false, err
 	}
 	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
 	e.mu.Lock()
 	e.campaign.rec, e.campaign.sent = rec, e.c.now()
 	e.mu.Unlock()
-	return e.c.cfg.Backend.Campaign(rctx, e.name, rec.encode(), l.id)
+	obs, err := e.c.cfg.Backend.Campaign(rctx, e.name, rec.encode(), l.id)
+	return obs, true, err
 }
 
 // follow watches the key from after rev and publishes what it sees. It returns nil when the
 // loop should read the key again now (key deleted, lease lost, hold-off over, resync asked),
-// or the error that broke the watch.
-func (e *Election) follow(ctx context.Context, l *lease, rev int64) error {
+// or the error that broke the watch. campaigned says whether the read before it campaigned
+// or only looked (held off).
+func (e *Election) follow(ctx context.Context, l *lease, rev int64, campaigned bool) error {
+	d, held := e.heldOff()
+	if !campaigned && !held {
+		return nil // the hold-off ended since the read only looked: campaign now
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	changes := e.c.cfg.Backend.Watch(wctx, e.name, rev)
 
 	var holdOver <-chan time.Time
-	if d, held := e.heldOff(); held && d < forever/2 {
+	if held && d < forever/2 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		holdOver = t.C
