@@ -22,7 +22,9 @@ func init() {
 // AdminAPI is the `admin.api.leader` module: it adds the leader election's endpoints to
 // Caddy's admin API.
 //
-//	GET  /leader/                            every election this instance takes part in, as JSON
+//	GET  /leader/                            every election this instance takes part in, with
+//	                                         every live candidate of each (the store's registry),
+//	                                         as JSON
 //	POST /leader/<election>/resign           the leader hands over and stays out of the election
 //	                                         for ?hold_off=<duration> (default: one ttl)
 //	POST /leader/<election>/transfer?to=<id> planned switchover to a named candidate; the others
@@ -74,6 +76,36 @@ type ElectionStatus struct {
 	Reason string `json:"reason"`
 	// Changed is when that change happened.
 	Changed time.Time `json:"changed_at"`
+	// Candidates are the election's live candidates, this instance included, as the
+	// store's registry lists them: the whole fleet, seen from any instance.
+	Candidates []CandidateStatus `json:"candidates"`
+	// CandidatesError says why the registry could not be read; Candidates is then empty.
+	CandidatesError string `json:"candidates_error,omitempty"`
+}
+
+// CandidateStatus is one live candidate of an election as GET /leader/ reports it.
+type CandidateStatus struct {
+	// ID is the candidate's instance_id.
+	ID string `json:"id"`
+	// URL is the candidate's advertise URL.
+	URL string `json:"url,omitempty"`
+	// Healthy is false while the candidate stays out of the election (it resigned with a
+	// hold-off, stepped down for an unhealthy service, or is leaving).
+	Healthy bool `json:"healthy"`
+}
+
+// withCandidates adds the election's live candidates to s, reading the store's registry.
+func withCandidates(ctx context.Context, s ElectionStatus, e *elector.Election) ElectionStatus {
+	list, err := e.Candidates(ctx)
+	s.Candidates = []CandidateStatus{}
+	if err != nil {
+		s.CandidatesError = err.Error()
+		return s
+	}
+	for _, c := range list {
+		s.Candidates = append(s.Candidates, CandidateStatus{ID: c.ID, URL: c.URL, Healthy: c.Healthy})
+	}
+	return s
 }
 
 func statusOf(e *elector.Election, now time.Time) ElectionStatus {
@@ -122,7 +154,7 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 		if r.Method != http.MethodGet {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use GET")}
 		}
-		return listElections(w)
+		return listElections(w, r)
 	case strings.HasSuffix(rest, "/resign"):
 		if r.Method != http.MethodPost {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use POST")}
@@ -138,11 +170,11 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-func listElections(w http.ResponseWriter) error {
+func listElections(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now()
 	list := []ElectionStatus{}
 	for _, e := range runningElections() {
-		list = append(list, statusOf(e, now))
+		list = append(list, withCandidates(r.Context(), statusOf(e, now), e))
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Election < list[j].Election })
 	w.Header().Set("Content-Type", "application/json")

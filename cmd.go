@@ -127,11 +127,14 @@ func leaderStatus(out io.Writer, adminAddr string, asJSON bool) error {
 	return printStatusTable(out, elections, time.Now())
 }
 
-// printStatusTable writes one row per election and candidate, like `patronictl list`.
-// Healthy means the candidate's own etcd lease is live: it can lead or take over.
+// printStatusTable writes one row per candidate of every election, like `patronictl list`:
+// this instance first, then the other live candidates the store's registry lists. Lease and
+// last contact are known for this instance only. Healthy means the candidate can lead or take
+// over: for this instance, its own lease is live; for the others, they announce that they do
+// not stay out of the election.
 func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ELECTION\tCANDIDATE\tROLE\tLEADER\tTOKEN\tLEASE LEFT\tLAST CONTACT\tHEALTHY")
+	fmt.Fprintln(tw, "ELECTION\tCANDIDATE\tROLE\tLEADER\tTOKEN\tLEASE LEFT\tLAST CONTACT\tHEALTHY\tURL")
 	for _, e := range elections {
 		leader, token, contact := e.LeaderID, strconv.FormatInt(e.Token, 10), "never"
 		if leader == "" {
@@ -143,14 +146,49 @@ func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) 
 		if !e.LastContact.IsZero() {
 			contact = now.Sub(e.LastContact).Round(100*time.Millisecond).String() + " ago"
 		}
-		healthy := "no"
-		if e.LeaseRemaining > 0 {
-			healthy = "yes"
+		healthy, url := e.LeaseRemaining > 0, e.LeaderURL
+		if e.LeaderID != e.Self {
+			url = ""
+		}
+		for _, c := range e.Candidates {
+			if c.ID == e.Self {
+				healthy, url = healthy && c.Healthy, c.URL
+			}
 		}
 		lease := (time.Duration(e.LeaseRemaining * float64(time.Second))).Round(100 * time.Millisecond)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Election, e.Self, e.Role, leader, token, lease, contact, healthy)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Election, e.Self, e.Role, leader, token, lease, contact, yesNo(healthy), dash(url))
+		for _, c := range e.Candidates {
+			if c.ID == e.Self {
+				continue
+			}
+			role := "follower"
+			switch {
+			case c.ID == e.LeaderID:
+				role = "leader"
+			case e.LeaderID == "":
+				role = "candidate"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t%s\t%s\n", e.Election, c.ID, role, leader, token, yesNo(c.Healthy), dash(c.URL))
+		}
+		if e.CandidatesError != "" {
+			fmt.Fprintf(tw, "%s\t(the other candidates are unknown: %s)\n", e.Election, e.CandidatesError)
+		}
 	}
 	return tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // chooseElection returns name, or the only election of the instance when name is empty.

@@ -12,7 +12,10 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/etcdbackend"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/fleet"
 	"github.com/caddyleader/caddy-leader/internal/freeport"
 )
 
@@ -77,16 +80,60 @@ func TestLeaderCommand(t *testing.T) {
 			t.Fatalf("status printed %d lines, want header and one row:\n%s", len(lines), out.String())
 		}
 		header := strings.Fields(lines[0])
-		wantHeader := []string{"ELECTION", "CANDIDATE", "ROLE", "LEADER", "TOKEN", "LEASE", "LEFT", "LAST", "CONTACT", "HEALTHY"}
+		wantHeader := []string{"ELECTION", "CANDIDATE", "ROLE", "LEADER", "TOKEN", "LEASE", "LEFT", "LAST", "CONTACT", "HEALTHY", "URL"}
 		if strings.Join(header, " ") != strings.Join(wantHeader, " ") {
 			t.Errorf("header = %q", lines[0])
 		}
 		row := strings.Fields(lines[1])
 		token := fmt.Sprint(status(t).Token)
-		if len(row) != 9 || row[0] != "cmd" || row[1] != "cmd-node" || row[2] != "leader" || row[3] != "cmd-node" ||
-			row[4] != token || row[6] != "ago" && row[7] != "ago" || row[len(row)-1] != "yes" {
-			t.Errorf("row = %q, want cmd cmd-node leader cmd-node %s <lease> <contact> ago yes", lines[1], token)
+		if len(row) != 10 || row[0] != "cmd" || row[1] != "cmd-node" || row[2] != "leader" || row[3] != "cmd-node" ||
+			row[4] != token || row[6] != "ago" && row[7] != "ago" || row[8] != "yes" || row[9] != "http://127.0.0.1:1" {
+			t.Errorf("row = %q, want cmd cmd-node leader cmd-node %s <lease> <contact> ago yes http://127.0.0.1:1", lines[1], token)
 		}
+	})
+
+	t.Run("status_lists_every_candidate_of_the_fleet", func(t *testing.T) {
+		backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: []string{cluster.Endpoint(0)}, Prefix: "/cmd-test/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The peer joins while cmd-node leads, and leaves (revoking its lease, and with it
+		// its entry) when this subtest ends.
+		_, peer := fleet.StartCandidate(t, elector.Config{ID: "peer", URL: "http://127.0.0.1:2", TTL: 2 * time.Second, Backend: backend}, "cmd")
+		row := func(want string) string {
+			t.Helper()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				var out bytes.Buffer
+				if err := leaderStatus(&out, admin, false); err != nil {
+					t.Fatal(err)
+				}
+				for _, line := range strings.Split(out.String(), "\n") {
+					if f := strings.Fields(line); len(f) > 1 && f[1] == "peer" && strings.Join(f, " ") == want {
+						return out.String()
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("status never showed the row %q:\n%s", want, out.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		token := fmt.Sprint(status(t).Token)
+		table := row("cmd peer follower cmd-node " + token + " - - yes http://127.0.0.1:2")
+		if !strings.Contains(strings.Join(strings.Fields(table), " "), "cmd cmd-node leader cmd-node "+token) {
+			t.Errorf("the table lost this instance's row:\n%s", table)
+		}
+		s := status(t)
+		if len(s.Candidates) != 2 || s.Candidates[0].ID != "cmd-node" || s.Candidates[0].URL != "http://127.0.0.1:1" ||
+			!s.Candidates[0].Healthy || s.Candidates[1].ID != "peer" {
+			t.Errorf("status --json candidates = %+v, want cmd-node and peer, healthy, with their URLs", s.Candidates)
+		}
+		// A candidate that resigns with a hold-off announces that it stays out.
+		if err := peer[0].Resign(t.Context(), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		row("cmd peer follower cmd-node " + token + " - - no http://127.0.0.1:2")
 	})
 
 	t.Run("transfer_to_an_unknown_candidate_fails_naming_it", func(t *testing.T) {
@@ -141,22 +188,39 @@ func TestStatusTable(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		in   ElectionStatus
-		want string
+		want []string
 	}{
-		{"leader", ElectionStatus{Election: "main", Self: "a", Role: "leader", LeaderID: "a", Token: 42,
+		{"leader", ElectionStatus{Election: "main", Self: "a", Role: "leader", LeaderID: "a", LeaderURL: "http://a", Token: 42,
 			LeaseRemaining: 7.26, LastContact: now.Add(-1500 * time.Millisecond)},
-			"main      a          leader  a       42     7.3s        1.5s ago      yes"},
+			[]string{"main a leader a 42 7.3s 1.5s ago yes http://a"}},
 		{"candidate_without_lease_or_leader", ElectionStatus{Election: "main", Self: "b", Role: "candidate"},
-			"main      b          candidate  -       -      0s          never         no"},
+			[]string{"main b candidate - - 0s never no -"}},
+		{"follower_lists_the_fleet_from_the_registry", ElectionStatus{Election: "main", Self: "b", Role: "follower",
+			LeaderID: "a", LeaderURL: "http://a", Token: 42, LeaseRemaining: 5, LastContact: now.Add(-time.Second),
+			Candidates: []CandidateStatus{{ID: "a", URL: "http://a", Healthy: true}, {ID: "b", URL: "http://b", Healthy: true}, {ID: "c", URL: "http://c"}}},
+			[]string{
+				"main b follower a 42 5s 1s ago yes http://b",
+				"main a leader a 42 - - yes http://a",
+				"main c follower a 42 - - no http://c",
+			}},
+		{"this_instance_staying_out_is_unhealthy", ElectionStatus{Election: "main", Self: "b", Role: "candidate",
+			LeaseRemaining: 5, LastContact: now.Add(-time.Second), Candidates: []CandidateStatus{{ID: "b", URL: "http://b"}}},
+			[]string{"main b candidate - - 5s 1s ago no http://b"}},
+		{"registry_unreadable", ElectionStatus{Election: "main", Self: "b", Role: "candidate", CandidatesError: "etcd down"},
+			[]string{"main b candidate - - 0s never no -", "main (the other candidates are unknown: etcd down)"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out bytes.Buffer
 			if err := printStatusTable(&out, []ElectionStatus{c.in}, now); err != nil {
 				t.Fatal(err)
 			}
-			lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
-			if len(lines) != 2 || strings.Join(strings.Fields(lines[1]), " ") != strings.Join(strings.Fields(c.want), " ") {
-				t.Errorf("table:\n%s\nwant row %q", out.String(), c.want)
+			lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")[1:]
+			var rows []string
+			for _, l := range lines {
+				rows = append(rows, strings.Join(strings.Fields(l), " "))
+			}
+			if strings.Join(rows, "\n") != strings.Join(c.want, "\n") {
+				t.Errorf("table:\n%s\nwant rows:\n%s", out.String(), strings.Join(c.want, "\n"))
 			}
 		})
 	}

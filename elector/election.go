@@ -59,7 +59,10 @@ type Election struct {
 	// completes it, and the intent is then cleared so that the others campaign again.
 	transferHere bool
 
-	announced LeaseID // the lease under which this candidate last announced itself (loop only)
+	// announced is the lease under which this candidate last announced itself, and
+	// announcedValue what it announced (campaign loop only).
+	announced      LeaseID
+	announcedValue []byte
 
 	users     int // guarded by c.mu
 	startOnce sync.Once

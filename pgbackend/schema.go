@@ -98,6 +98,7 @@ CREATE TABLE IF NOT EXISTS %[6]s (
 	PRIMARY KEY (election, id)
 );
 CREATE INDEX IF NOT EXISTS %[6]s_lease ON %[6]s (lease);
+ALTER TABLE %[6]s ADD COLUMN IF NOT EXISTS value bytea NOT NULL DEFAULT ''::bytea;
 CREATE TABLE IF NOT EXISTS %[7]s (
 	election text NOT NULL,
 	token bigint NOT NULL,
