@@ -25,6 +25,8 @@ func init() {
 //	GET  /leader/                            every election this instance takes part in, with
 //	                                         every live candidate of each (the store's registry),
 //	                                         as JSON
+//	GET  /leader/<election>/history          the election's ended terms (the latest 100), oldest
+//	                                         first, as the store keeps them for every instance
 //	POST /leader/<election>/resign           the leader hands over and stays out of the election
 //	                                         for ?hold_off=<duration> (default: one ttl)
 //	POST /leader/<election>/transfer?to=<id> planned switchover to a named candidate; the others
@@ -155,6 +157,11 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use GET")}
 		}
 		return listElections(w, r)
+	case strings.HasSuffix(rest, "/history"):
+		if r.Method != http.MethodGet {
+			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use GET")}
+		}
+		return history(w, r, strings.TrimSuffix(rest, "/history"))
 	case strings.HasSuffix(rest, "/resign"):
 		if r.Method != http.MethodPost {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use POST")}
@@ -200,6 +207,27 @@ func durationParam(r *http.Request, name string, def time.Duration) (time.Durati
 		return 0, caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("%s: %q is not a non-negative duration", name, v)}
 	}
 	return d, nil
+}
+
+// HistoryStatus is an election's history as GET /leader/<election>/history reports it.
+type HistoryStatus struct {
+	// Election is the election's name.
+	Election string `json:"election"`
+	// Terms are its ended terms, oldest first.
+	Terms []elector.PastTerm `json:"terms"`
+}
+
+func history(w http.ResponseWriter, r *http.Request, name string) error {
+	e, err := electionNamed(name)
+	if err != nil {
+		return err
+	}
+	terms, err := e.History(r.Context())
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusBadGateway, Err: fmt.Errorf("reading the history of election %q: %v", name, err)}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(HistoryStatus{Election: name, Terms: terms})
 }
 
 func resign(w http.ResponseWriter, r *http.Request, name string) error {

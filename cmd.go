@@ -22,7 +22,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "leader",
-		Usage: "status|resign|transfer [--address <interface>] [--config <path> [--adapter <name>]]",
+		Usage: "status|history|resign|transfer [--address <interface>] [--config <path> [--adapter <name>]]",
 		Short: "Shows and steers this instance's leader elections",
 		Long: `
 Talks to the admin API of the running Caddy instance (the leader endpoints
@@ -30,6 +30,7 @@ under /leader/). The admin address comes from --address if given, else from
 the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 
   caddy leader status [--json]
+  caddy leader history [--election <name>] [--json]
   caddy leader resign [--election <name>] [--hold-off <duration>]
   caddy leader transfer --to <instance_id> [--election <name>]
 
@@ -40,6 +41,14 @@ the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 				func(c *cobra.Command) { c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table") },
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderStatus(out, addr, fl.Bool("json"))
+				}))
+			cmd.AddCommand(leaderSubcommand("history", "[--election <name>] [--json]", "Lists the ended terms of an election, as the store keeps them",
+				func(c *cobra.Command) {
+					electionFlag(c)
+					c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table")
+				},
+				func(fl caddycmd.Flags, out io.Writer, addr string) error {
+					return leaderHistory(out, addr, fl.String("election"), fl.Bool("json"))
 				}))
 			cmd.AddCommand(leaderSubcommand("resign", "[--election <name>] [--hold-off <duration>]", "Makes the leader hand over and stay out for a while",
 				func(c *cobra.Command) {
@@ -189,6 +198,36 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// leaderHistory prints the ended terms of an election, as a table or as JSON.
+func leaderHistory(out io.Writer, adminAddr, election string, asJSON bool) error {
+	election, err := chooseElection(adminAddr, election)
+	if err != nil {
+		return err
+	}
+	var h HistoryStatus
+	if err := adminCall(adminAddr, http.MethodGet, "/leader/"+url.PathEscape(election)+"/history", &h); err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(h)
+	}
+	return printHistoryTable(out, h)
+}
+
+// printHistoryTable writes one row per ended term, oldest first, like `patronictl history`.
+func printHistoryTable(out io.Writer, h HistoryStatus) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ELECTION\tTOKEN\tLEADER\tSTART\tEND\tDURATION\tENDED\tSUCCESSOR")
+	for _, p := range h.Terms {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Election, p.Token, p.Leader,
+			p.Start.UTC().Format(time.RFC3339), p.End.UTC().Format(time.RFC3339),
+			p.End.Sub(p.Start).Round(time.Second), p.Ended, p.Successor)
+	}
+	return tw.Flush()
 }
 
 // chooseElection returns name, or the only election of the instance when name is empty.

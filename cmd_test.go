@@ -160,6 +160,65 @@ func TestLeaderCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("history_lists_the_terms_every_instance_ended", func(t *testing.T) {
+		backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: []string{cluster.Endpoint(0)}, Prefix: "/cmd-test/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		peerCand, peer := fleet.StartCandidate(t, elector.Config{ID: "peer2", URL: "http://127.0.0.1:3", TTL: 2 * time.Second, Backend: backend}, "cmd")
+		first := status(t).Token
+		// The peer learns of cmd-node's term, then leads by a transfer, and hands back by
+		// leaving: each successor records the term it ended.
+		for deadline := time.Now().Add(10 * time.Second); peer[0].Term().Token != first; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the peer never saw term %d: %+v", first, peer[0].Term())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", "peer2"); err != nil {
+			t.Fatal(err)
+		}
+		second := peer[0].Term().Token
+		if err := peerCand.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		var rows []string
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			var out bytes.Buffer
+			if err := leaderHistory(&out, admin, "", false); err != nil {
+				t.Fatal(err)
+			}
+			rows = nil
+			for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n")[1:] {
+				f := strings.Fields(line)
+				rows = append(rows, strings.Join(append(f[:3:3], f[len(f)-3:]...), " "))
+			}
+			want := []string{
+				fmt.Sprintf("cmd %d cmd-node handed over peer2", first),
+				fmt.Sprintf("cmd %d peer2 handed over cmd-node", second),
+			}
+			if strings.Join(rows, "\n") == strings.Join(want, "\n") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("history rows:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		var out bytes.Buffer
+		if err := leaderHistory(&out, admin, "cmd", true); err != nil {
+			t.Fatal(err)
+		}
+		var h HistoryStatus
+		if err := json.Unmarshal(out.Bytes(), &h); err != nil || h.Election != "cmd" || len(h.Terms) != 2 ||
+			h.Terms[1].Leader != "peer2" || h.Terms[1].URL != "http://127.0.0.1:3" || h.Terms[1].SuccessorToken <= second {
+			t.Errorf("history --json = %s (%v)", out.String(), err)
+		}
+		if s := status(t); s.Role != "leader" {
+			t.Fatalf("cmd-node does not lead again: %+v", s)
+		}
+	})
+
 	t.Run("resign_hands_over_and_holds_off", func(t *testing.T) {
 		before := status(t)
 		var out bytes.Buffer
@@ -226,6 +285,30 @@ func TestStatusTable(t *testing.T) {
 	}
 }
 
+func TestHistoryTable(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	h := HistoryStatus{Election: "main", Terms: []elector.PastTerm{
+		{Token: 7, Leader: "a", Start: start, End: start.Add(90 * time.Second), Ended: elector.EndedHandedOver, Successor: "b", SuccessorToken: 9},
+		{Token: 9, Leader: "b", Start: start.Add(91 * time.Second), End: start.Add(time.Hour), Ended: elector.EndedDeadlinePassed, Successor: "a", SuccessorToken: 12},
+	}}
+	var out bytes.Buffer
+	if err := printHistoryTable(&out, h); err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, l := range strings.Split(strings.TrimRight(out.String(), "\n"), "\n") {
+		rows = append(rows, strings.Join(strings.Fields(l), " "))
+	}
+	want := []string{
+		"ELECTION TOKEN LEADER START END DURATION ENDED SUCCESSOR",
+		"main 7 a 2026-01-02T03:04:05Z 2026-01-02T03:05:35Z 1m30s handed over b",
+		"main 9 b 2026-01-02T03:05:36Z 2026-01-02T04:04:05Z 58m29s deadline passed a",
+	}
+	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
+		t.Errorf("table:\n%s\nwant:\n%s", out.String(), strings.Join(want, "\n"))
+	}
+}
+
 func TestLeaderCommandRegistered(t *testing.T) {
 	registered, ok := caddycmd.Commands()["leader"]
 	if !ok {
@@ -238,6 +321,7 @@ func TestLeaderCommandRegistered(t *testing.T) {
 		flags []string
 	}{
 		{"status", []string{"json", "address", "config", "adapter"}},
+		{"history", []string{"election", "json", "address", "config", "adapter"}},
 		{"resign", []string{"election", "hold-off", "address", "config", "adapter"}},
 		{"transfer", []string{"to", "election", "address", "config", "adapter"}},
 	} {

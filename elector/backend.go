@@ -118,6 +118,13 @@ type Backend interface {
 	// lease that is still alive, one entry per id with the value last announced, sorted
 	// by id.
 	Candidates(ctx context.Context, election string) ([]CandidateEntry, error)
+	// AppendHistory adds entry (opaque to the store) to the end of the election's history
+	// of terms, and drops the oldest entries beyond the newest keep, atomically: of two
+	// concurrent appends neither is lost (unless keep drops it). The history outlives
+	// every lease.
+	AppendHistory(ctx context.Context, election string, entry []byte, keep int) error
+	// History returns the election's history, oldest entry first; empty when there is none.
+	History(ctx context.Context, election string) ([][]byte, error)
 	// SetIntent publishes a request to the election's candidates (resign, transfer),
 	// replacing any earlier one; it disappears by itself after ttl (by the store's clock).
 	SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error

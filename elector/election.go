@@ -59,6 +59,9 @@ type Election struct {
 	// completes it, and the intent is then cleared so that the others campaign again.
 	transferHere bool
 
+	// other is the newest term held by another instance, for the history (see history.go).
+	other lastOther
+
 	// announced is the lease under which this candidate last announced itself, and
 	// announcedValue what it announced (campaign loop only).
 	announced      LeaseID

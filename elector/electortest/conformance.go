@@ -64,6 +64,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"intents_relay_resign_and_transfer", intents},
 		{"intent_expires", intentExpires},
 		{"candidates_live_with_their_lease", candidates},
+		{"history_keeps_the_newest_entries_for_everyone", history},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)

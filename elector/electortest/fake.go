@@ -30,6 +30,7 @@ type Store struct {
 	intentRev map[string]int64
 	cands     map[string]map[string]candidate // election -> id -> entry
 	acks      map[string]map[int64]time.Time  // election -> token -> when it expires
+	terms     map[string][][]byte             // election -> ended terms, oldest first
 	down      error
 	changed   chan struct{} // closed and replaced on every write
 }
@@ -61,6 +62,7 @@ func NewStore() *Store {
 		intents:   make(map[string]intent),
 		cands:     make(map[string]map[string]candidate),
 		acks:      make(map[string]map[int64]time.Time),
+		terms:     make(map[string][][]byte),
 		changed:   make(chan struct{}),
 	}
 }
@@ -445,6 +447,31 @@ func (c *Client) Candidates(ctx context.Context, election string) ([]elector.Can
 type candidate struct {
 	lease elector.LeaseID
 	value []byte
+}
+
+// AppendHistory implements elector.Backend.
+func (c *Client) AppendHistory(ctx context.Context, election string, entry []byte, keep int) error {
+	if err := c.lock(ctx); err != nil {
+		return err
+	}
+	defer c.s.mu.Unlock()
+	list := append(c.s.terms[election], clone(entry))
+	c.s.terms[election] = list[max(0, len(list)-keep):]
+	c.s.rev++
+	return nil
+}
+
+// History implements elector.Backend.
+func (c *Client) History(ctx context.Context, election string) ([][]byte, error) {
+	if err := c.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer c.s.mu.Unlock()
+	list := make([][]byte, 0, len(c.s.terms[election]))
+	for _, e := range c.s.terms[election] {
+		list = append(list, clone(e))
+	}
+	return list, nil
 }
 
 // SetIntent implements elector.Backend.
