@@ -41,11 +41,16 @@ func (e *Election) run(ctx context.Context) {
 	}
 }
 
-// read campaigns for the key, or only looks at it while held off after a resign.
+// read campaigns for the key, or only looks at it while held off after a resign or when
+// this candidate never campaigns (priority 0). A candidate of lower priority yields first
+// (see yieldToHigher).
 func (e *Election) read(ctx context.Context, l *lease) (Observation, error) {
+	if obs, held := e.yieldToHigher(ctx); held {
+		return obs, nil
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
-	if _, held := e.heldOff(); held {
+	if _, held := e.heldOff(); held || e.c.Priority() == 0 {
 		return e.c.cfg.Backend.Observe(rctx, e.name)
 	}
 	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}

@@ -117,7 +117,7 @@ func (e *Election) Start() {
 		e.mu.Lock()
 		e.cancel = cancel
 		e.mu.Unlock()
-		e.c.loops.Add(2)
+		e.c.loops.Add(3)
 		go func() {
 			defer e.c.loops.Done()
 			e.run(ctx)
@@ -125,6 +125,10 @@ func (e *Election) Start() {
 		go func() {
 			defer e.c.loops.Done()
 			e.followIntents(ctx)
+		}()
+		go func() {
+			defer e.c.loops.Done()
+			e.preempt(ctx)
 		}()
 	})
 }

@@ -55,13 +55,19 @@ func (e *Election) RequestResign(ctx context.Context, holdOff time.Duration) err
 // ErrNotCandidate when to takes no part in the election. It may be called on any
 // instance.
 func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duration) error {
-	live, err := e.candidateIDs(ctx)
+	list, err := e.Candidates(ctx)
 	if err != nil {
 		return err
 	}
+	live := make([]string, len(list))
+	for i, c := range list {
+		live[i] = c.ID
+	}
 	if !slices.Contains(live, to) {
-		slices.Sort(live)
 		return fmt.Errorf("%q: %w %q (live: %v)", to, ErrNotCandidate, e.name, live)
+	}
+	if err := checkTransferTarget(list, to); err != nil {
+		return fmt.Errorf("transfer of election %q: %w", e.name, err)
 	}
 	if t := e.Term(); t.Leader.ID == to && !t.Leader.HandingOver {
 		return nil

@@ -21,6 +21,8 @@ type CandidateInfo struct {
 	// Healthy is false while the candidate stays out of the election: it resigned with a
 	// hold-off, stepped down for an unhealthy service, or is leaving.
 	Healthy bool `json:"healthy"`
+	// Priority ranks the candidate (see priority.go): 0 never campaigns.
+	Priority int `json:"priority"`
 }
 
 // info is what this candidate announces in e now.
@@ -28,7 +30,7 @@ func (e *Election) info() CandidateInfo {
 	e.mu.Lock()
 	healthy := !e.holdUntil.After(e.c.now())
 	e.mu.Unlock()
-	return CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: healthy}
+	return CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: healthy, Priority: e.c.Priority()}
 }
 
 func (i CandidateInfo) encode() []byte {
@@ -48,28 +50,16 @@ func (e *Election) Candidates(ctx context.Context) ([]CandidateInfo, error) {
 	}
 	list := make([]CandidateInfo, 0, len(entries))
 	for _, en := range entries {
-		var info CandidateInfo
+		// An entry without a priority was announced before priorities existed.
+		info := CandidateInfo{Priority: DefaultPriority}
 		if json.Unmarshal(en.Value, &info) != nil {
-			info = CandidateInfo{}
+			info = CandidateInfo{Priority: DefaultPriority}
 		}
 		info.ID = en.ID
 		list = append(list, info)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
 	return list, nil
-}
-
-// candidateIDs lists the ids of the election's live candidates.
-func (e *Election) candidateIDs(ctx context.Context) ([]string, error) {
-	list, err := e.Candidates(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(list))
-	for i, c := range list {
-		ids[i] = c.ID
-	}
-	return ids, nil
 }
 
 // announce records this candidate as live under lease l, once per lease and again whenever
