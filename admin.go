@@ -94,6 +94,8 @@ type CandidateStatus struct {
 	// Healthy is false while the candidate stays out of the election (it resigned with a
 	// hold-off, stepped down for an unhealthy service, or is leaving).
 	Healthy bool `json:"healthy"`
+	// Priority is the candidate's priority option; 0 never campaigns.
+	Priority int `json:"priority"`
 }
 
 // withCandidates adds the election's live candidates to s, reading the store's registry.
@@ -105,7 +107,7 @@ func withCandidates(ctx context.Context, s ElectionStatus, e *elector.Election) 
 		return s
 	}
 	for _, c := range list {
-		s.Candidates = append(s.Candidates, CandidateStatus{ID: c.ID, URL: c.URL, Healthy: c.Healthy})
+		s.Candidates = append(s.Candidates, CandidateStatus{ID: c.ID, URL: c.URL, Healthy: c.Healthy, Priority: c.Priority})
 	}
 	return s
 }

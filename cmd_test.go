@@ -31,7 +31,7 @@ func TestLeaderCommand(t *testing.T) {
 	config := fmt.Sprintf(`{
 		"admin": {"listen": %q},
 		"apps": {"leader": {"endpoints": [%q], "prefix": "/cmd-test/", "ttl": "2s",
-			"instance_id": "cmd-node", "advertise": "http://127.0.0.1:1", "elections": ["cmd"]}}}`,
+			"instance_id": "cmd-node", "advertise": "http://127.0.0.1:1", "elections": ["cmd"], "priority": 7}}}`,
 		admin, cluster.Endpoint(0))
 	if err := caddy.Load([]byte(config), true); err != nil {
 		t.Fatal(err)
@@ -126,8 +126,8 @@ func TestLeaderCommand(t *testing.T) {
 		}
 		s := status(t)
 		if len(s.Candidates) != 2 || s.Candidates[0].ID != "cmd-node" || s.Candidates[0].URL != "http://127.0.0.1:1" ||
-			!s.Candidates[0].Healthy || s.Candidates[1].ID != "peer" {
-			t.Errorf("status --json candidates = %+v, want cmd-node and peer, healthy, with their URLs", s.Candidates)
+			!s.Candidates[0].Healthy || s.Candidates[0].Priority != 7 || s.Candidates[1].ID != "peer" || s.Candidates[1].Priority != 1 {
+			t.Errorf("status --json candidates = %+v, want cmd-node (priority 7) and peer (1), healthy, with their URLs", s.Candidates)
 		}
 		// A candidate that resigns with a hold-off announces that it stays out.
 		if err := peer[0].Resign(t.Context(), time.Minute); err != nil {
