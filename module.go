@@ -55,7 +55,7 @@ const (
 //
 // The candidacy survives config reloads: a reload that keeps the same store settings (for
 // etcd: endpoints, prefix, dial_timeout, tls and its CA file's contents, username and
-// password), ttl, instance_id and advertise neither resigns nor campaigns again (a new drain_timeout applies at once). On
+// password), ttl, instance_id and advertise neither resigns nor campaigns again (a new drain_timeout, priority or preempt applies at once). On
 // shutdown the instance stops admitting gated requests, lets admitted ones finish (up to
 // drain_timeout) and revokes its lease so that another instance takes over at once.
 type App struct {
