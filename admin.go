@@ -22,7 +22,11 @@ func init() {
 // AdminAPI is the `admin.api.leader` module: it adds the leader election's endpoints to
 // Caddy's admin API.
 //
-//	GET  /leader/                            every election this instance takes part in, as JSON
+//	GET  /leader/                            every election this instance takes part in, with
+//	                                         every live candidate of each (the store's registry),
+//	                                         as JSON
+//	GET  /leader/<election>/history          the election's ended terms (the latest 100), oldest
+//	                                         first, as the store keeps them for every instance
 //	POST /leader/<election>/resign           the leader hands over and stays out of the election
 //	                                         for ?hold_off=<duration> (default: one ttl)
 //	POST /leader/<election>/transfer?to=<id> planned switchover to a named candidate; the others
@@ -74,6 +78,38 @@ type ElectionStatus struct {
 	Reason string `json:"reason"`
 	// Changed is when that change happened.
 	Changed time.Time `json:"changed_at"`
+	// Candidates are the election's live candidates, this instance included, as the
+	// store's registry lists them: the whole fleet, seen from any instance.
+	Candidates []CandidateStatus `json:"candidates"`
+	// CandidatesError says why the registry could not be read; Candidates is then empty.
+	CandidatesError string `json:"candidates_error,omitempty"`
+}
+
+// CandidateStatus is one live candidate of an election as GET /leader/ reports it.
+type CandidateStatus struct {
+	// ID is the candidate's instance_id.
+	ID string `json:"id"`
+	// URL is the candidate's advertise URL.
+	URL string `json:"url,omitempty"`
+	// Healthy is false while the candidate stays out of the election (it resigned with a
+	// hold-off, stepped down for an unhealthy service, or is leaving).
+	Healthy bool `json:"healthy"`
+	// Priority is the candidate's priority option; 0 never campaigns.
+	Priority int `json:"priority"`
+}
+
+// withCandidates adds the election's live candidates to s, reading the store's registry.
+func withCandidates(ctx context.Context, s ElectionStatus, e *elector.Election) ElectionStatus {
+	list, err := e.Candidates(ctx)
+	s.Candidates = []CandidateStatus{}
+	if err != nil {
+		s.CandidatesError = err.Error()
+		return s
+	}
+	for _, c := range list {
+		s.Candidates = append(s.Candidates, CandidateStatus{ID: c.ID, URL: c.URL, Healthy: c.Healthy, Priority: c.Priority})
+	}
+	return s
 }
 
 func statusOf(e *elector.Election, now time.Time) ElectionStatus {
@@ -122,7 +158,12 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 		if r.Method != http.MethodGet {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use GET")}
 		}
-		return listElections(w)
+		return listElections(w, r)
+	case strings.HasSuffix(rest, "/history"):
+		if r.Method != http.MethodGet {
+			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use GET")}
+		}
+		return history(w, r, strings.TrimSuffix(rest, "/history"))
 	case strings.HasSuffix(rest, "/resign"):
 		if r.Method != http.MethodPost {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use POST")}
@@ -138,11 +179,11 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-func listElections(w http.ResponseWriter) error {
+func listElections(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now()
 	list := []ElectionStatus{}
 	for _, e := range runningElections() {
-		list = append(list, statusOf(e, now))
+		list = append(list, withCandidates(r.Context(), statusOf(e, now), e))
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Election < list[j].Election })
 	w.Header().Set("Content-Type", "application/json")
@@ -168,6 +209,27 @@ func durationParam(r *http.Request, name string, def time.Duration) (time.Durati
 		return 0, caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("%s: %q is not a non-negative duration", name, v)}
 	}
 	return d, nil
+}
+
+// HistoryStatus is an election's history as GET /leader/<election>/history reports it.
+type HistoryStatus struct {
+	// Election is the election's name.
+	Election string `json:"election"`
+	// Terms are its ended terms, oldest first.
+	Terms []elector.PastTerm `json:"terms"`
+}
+
+func history(w http.ResponseWriter, r *http.Request, name string) error {
+	e, err := electionNamed(name)
+	if err != nil {
+		return err
+	}
+	terms, err := e.History(r.Context())
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusBadGateway, Err: fmt.Errorf("reading the history of election %q: %v", name, err)}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(HistoryStatus{Election: name, Terms: terms})
 }
 
 func resign(w http.ResponseWriter, r *http.Request, name string) error {

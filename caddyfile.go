@@ -32,6 +32,8 @@ func init() {
 //		dial_timeout  <duration>
 //		drain_timeout <duration>
 //		elections     <name>...
+//		priority      <n>
+//		preempt
 //		tls {
 //			ca          <file>
 //			cert        <file>
@@ -121,6 +123,21 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := positiveDurationArg(d, &a.DrainTimeout, DefaultDrainTimeout); err != nil {
 				return err
 			}
+		case "priority":
+			var v string
+			if err := oneArg(d, &v); err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return d.Errf("priority: %q is not a whole number of at least 0 (0 never campaigns)", v)
+			}
+			a.Priority = &n
+		case "preempt":
+			if d.NextArg() {
+				return d.Err("preempt: takes no value")
+			}
+			a.Preempt = true
 		case "store":
 			if a.StoreRaw != nil {
 				return d.Err("store: given twice")

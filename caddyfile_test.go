@@ -300,6 +300,7 @@ func TestAppProvisionErrors(t *testing.T) {
 		{name: "step_down_url_missing", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, StepDown: &StepDown{}}, wantErr: `step_down_when_unhealthy: url: "" is not an http:// or https:// URL`},
 		{name: "step_down_timeout_above_interval", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Interval: caddy.Duration(time.Second), Timeout: caddy.Duration(2 * time.Second)}}, wantErr: "step_down_when_unhealthy: timeout: 2s must be positive and at most interval (1s)"},
 		{name: "step_down_hold_off_below_interval", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Interval: caddy.Duration(time.Minute), HoldOff: caddy.Duration(time.Second)}}, wantErr: "step_down_when_unhealthy: hold_off: 1s is shorter than interval (1m0s)"},
+		{name: "priority_negative", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, Priority: new(-2)}, wantErr: "priority: -2 is negative (0 never campaigns)"},
 		{name: "step_down_fails_negative", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, StepDown: &StepDown{URL: "http://127.0.0.1:9000/", Fails: -1}}, wantErr: "step_down_when_unhealthy: fails: -1 is negative"},
 	}
 	for _, tt := range tests {

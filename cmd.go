@@ -22,7 +22,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "leader",
-		Usage: "status|resign|transfer [--address <interface>] [--config <path> [--adapter <name>]]",
+		Usage: "status|history|resign|transfer [--address <interface>] [--config <path> [--adapter <name>]]",
 		Short: "Shows and steers this instance's leader elections",
 		Long: `
 Talks to the admin API of the running Caddy instance (the leader endpoints
@@ -30,6 +30,7 @@ under /leader/). The admin address comes from --address if given, else from
 the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 
   caddy leader status [--json]
+  caddy leader history [--election <name>] [--json]
   caddy leader resign [--election <name>] [--hold-off <duration>]
   caddy leader transfer --to <instance_id> [--election <name>]
 
@@ -40,6 +41,14 @@ the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 				func(c *cobra.Command) { c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table") },
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderStatus(out, addr, fl.Bool("json"))
+				}))
+			cmd.AddCommand(leaderSubcommand("history", "[--election <name>] [--json]", "Lists the ended terms of an election, as the store keeps them",
+				func(c *cobra.Command) {
+					electionFlag(c)
+					c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table")
+				},
+				func(fl caddycmd.Flags, out io.Writer, addr string) error {
+					return leaderHistory(out, addr, fl.String("election"), fl.Bool("json"))
 				}))
 			cmd.AddCommand(leaderSubcommand("resign", "[--election <name>] [--hold-off <duration>]", "Makes the leader hand over and stay out for a while",
 				func(c *cobra.Command) {
@@ -127,11 +136,14 @@ func leaderStatus(out io.Writer, adminAddr string, asJSON bool) error {
 	return printStatusTable(out, elections, time.Now())
 }
 
-// printStatusTable writes one row per election and candidate, like `patronictl list`.
-// Healthy means the candidate's own etcd lease is live: it can lead or take over.
+// printStatusTable writes one row per candidate of every election, like `patronictl list`:
+// this instance first, then the other live candidates the store's registry lists. Lease and
+// last contact are known for this instance only. Healthy means the candidate can lead or take
+// over: for this instance, its own lease is live; for the others, they announce that they do
+// not stay out of the election.
 func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ELECTION\tCANDIDATE\tROLE\tLEADER\tTOKEN\tLEASE LEFT\tLAST CONTACT\tHEALTHY")
+	fmt.Fprintln(tw, "ELECTION\tCANDIDATE\tROLE\tLEADER\tTOKEN\tLEASE LEFT\tLAST CONTACT\tHEALTHY\tURL")
 	for _, e := range elections {
 		leader, token, contact := e.LeaderID, strconv.FormatInt(e.Token, 10), "never"
 		if leader == "" {
@@ -143,12 +155,77 @@ func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) 
 		if !e.LastContact.IsZero() {
 			contact = now.Sub(e.LastContact).Round(100*time.Millisecond).String() + " ago"
 		}
-		healthy := "no"
-		if e.LeaseRemaining > 0 {
-			healthy = "yes"
+		healthy, url := e.LeaseRemaining > 0, e.LeaderURL
+		if e.LeaderID != e.Self {
+			url = ""
+		}
+		for _, c := range e.Candidates {
+			if c.ID == e.Self {
+				healthy, url = healthy && c.Healthy, c.URL
+			}
 		}
 		lease := (time.Duration(e.LeaseRemaining * float64(time.Second))).Round(100 * time.Millisecond)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Election, e.Self, e.Role, leader, token, lease, contact, healthy)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Election, e.Self, e.Role, leader, token, lease, contact, yesNo(healthy), dash(url))
+		for _, c := range e.Candidates {
+			if c.ID == e.Self {
+				continue
+			}
+			role := "follower"
+			switch {
+			case c.ID == e.LeaderID:
+				role = "leader"
+			case e.LeaderID == "":
+				role = "candidate"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t%s\t%s\n", e.Election, c.ID, role, leader, token, yesNo(c.Healthy), dash(c.URL))
+		}
+		if e.CandidatesError != "" {
+			fmt.Fprintf(tw, "%s\t(the other candidates are unknown: %s)\n", e.Election, e.CandidatesError)
+		}
+	}
+	return tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// leaderHistory prints the ended terms of an election, as a table or as JSON.
+func leaderHistory(out io.Writer, adminAddr, election string, asJSON bool) error {
+	election, err := chooseElection(adminAddr, election)
+	if err != nil {
+		return err
+	}
+	var h HistoryStatus
+	if err := adminCall(adminAddr, http.MethodGet, "/leader/"+url.PathEscape(election)+"/history", &h); err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(h)
+	}
+	return printHistoryTable(out, h)
+}
+
+// printHistoryTable writes one row per ended term, oldest first, like `patronictl history`.
+func printHistoryTable(out io.Writer, h HistoryStatus) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ELECTION\tTOKEN\tLEADER\tSTART\tEND\tDURATION\tENDED\tSUCCESSOR")
+	for _, p := range h.Terms {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Election, p.Token, p.Leader,
+			p.Start.UTC().Format(time.RFC3339), p.End.UTC().Format(time.RFC3339),
+			p.End.Sub(p.Start).Round(time.Second), p.Ended, p.Successor)
 	}
 	return tw.Flush()
 }

@@ -55,7 +55,7 @@ const (
 //
 // The candidacy survives config reloads: a reload that keeps the same store settings (for
 // etcd: endpoints, prefix, dial_timeout, tls and its CA file's contents, username and
-// password), ttl, instance_id and advertise neither resigns nor campaigns again (a new drain_timeout applies at once). On
+// password), ttl, instance_id and advertise neither resigns nor campaigns again (a new drain_timeout, priority or preempt applies at once). On
 // shutdown the instance stops admitting gated requests, lets admitted ones finish (up to
 // drain_timeout) and revokes its lease so that another instance takes over at once.
 type App struct {
@@ -94,6 +94,19 @@ type App struct {
 	// for instance to stand by as a candidate for a gate configured elsewhere. Names are
 	// non-empty and have no white space or slash. Default: none.
 	Elections []string `json:"elections,omitempty"`
+
+	// Priority ranks this instance among the candidates free to take a vacant election key
+	// (Patroni's failover_priority): the highest wins, because each waits a short step
+	// per live, healthy candidate of higher priority before it campaigns. 0 means this
+	// instance never campaigns: it only follows (rejects, redirects, forwards), like
+	// Patroni's nofailover, and a transfer to it is refused. A reload may change it
+	// without starting a new candidacy. Default: 1.
+	Priority *int `json:"priority,omitempty"`
+
+	// Preempt makes this instance, while healthy, ask a leader of lower priority to hand
+	// over to it, gracefully, as `caddy leader transfer` does: the leader drains first,
+	// and is never deposed by force. A reload may change it. Default: false.
+	Preempt bool `json:"preempt,omitempty"`
 
 	// StepDown, if set, probes the local service and makes this instance resign and hold
 	// off from its elections while the service is unhealthy (keepalived's track_script).
@@ -163,6 +176,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 			TTL:          time.Duration(a.TTL),
 			DrainTimeout: time.Duration(a.DrainTimeout),
 			Backend:      backend,
+			Priority:     a.electorPriority(),
+			Preempt:      a.Preempt,
 		})
 		if err != nil {
 			return nil, err
@@ -188,6 +203,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return err
 	}
 	a.candidate.SetDrainTimeout(time.Duration(a.DrainTimeout))
+	a.candidate.SetPriority(a.electorPriority(), a.Preempt)
 	for _, name := range a.Elections {
 		a.election(name)
 	}
@@ -220,6 +236,17 @@ func (a *App) expandAndDefault() error {
 		a.InstanceID = host
 	}
 	return nil
+}
+
+// electorPriority is the priority option as elector.Config.Priority takes it.
+func (a *App) electorPriority() int {
+	switch {
+	case a.Priority == nil:
+		return elector.DefaultPriority
+	case *a.Priority == 0:
+		return elector.NeverLead
+	}
+	return *a.Priority
 }
 
 // loadStore provisions the store module, or the top-level etcd options when there is none.
@@ -270,6 +297,9 @@ func (a *App) check() error {
 		if err := checkElectionName(name); err != nil {
 			return fmt.Errorf("elections: %v", err)
 		}
+	}
+	if a.Priority != nil && *a.Priority < 0 {
+		return fmt.Errorf("priority: %d is negative (0 never campaigns)", *a.Priority)
 	}
 	if a.StepDown != nil {
 		return a.StepDown.check()

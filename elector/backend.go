@@ -110,11 +110,21 @@ type Backend interface {
 	// leader can never delete its successor's key.
 	Release(ctx context.Context, election string, token int64, lease LeaseID) error
 	// Announce records that candidate id stands in the election, for as long as lease
-	// lives, so that a transfer can tell a live candidate from a typo.
-	Announce(ctx context.Context, election, id string, lease LeaseID) error
-	// Candidates lists the ids that stand in the election now: announced under a lease
-	// that is still alive.
-	Candidates(ctx context.Context, election string) ([]string, error)
+	// lives, so that a transfer can tell a live candidate from a typo and an operator can
+	// see the whole fleet. value is opaque to the store (the elector encodes it); announcing
+	// again replaces the value of id's entry.
+	Announce(ctx context.Context, election, id string, value []byte, lease LeaseID) error
+	// Candidates lists the candidates that stand in the election now, announced under a
+	// lease that is still alive, one entry per id with the value last announced, sorted
+	// by id.
+	Candidates(ctx context.Context, election string) ([]CandidateEntry, error)
+	// AppendHistory adds entry (opaque to the store) to the end of the election's history
+	// of terms, and drops the oldest entries beyond the newest keep, atomically: of two
+	// concurrent appends neither is lost (unless keep drops it). The history outlives
+	// every lease.
+	AppendHistory(ctx context.Context, election string, entry []byte, keep int) error
+	// History returns the election's history, oldest entry first; empty when there is none.
+	History(ctx context.Context, election string) ([][]byte, error)
 	// SetIntent publishes a request to the election's candidates (resign, transfer),
 	// replacing any earlier one; it disappears by itself after ttl (by the store's clock).
 	SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error
@@ -126,6 +136,14 @@ type Backend interface {
 	WatchIntent(ctx context.Context, election string) <-chan IntentChange
 	// Close releases the backend's connections. It does not revoke anything.
 	Close() error
+}
+
+// CandidateEntry is one live candidate as Backend.Candidates lists it.
+type CandidateEntry struct {
+	// ID is the candidate's instance id.
+	ID string
+	// Value is what the candidate last announced (an encoded CandidateInfo).
+	Value []byte
 }
 
 // IntentChange is an election's intent as a watch reports it.

@@ -16,7 +16,7 @@ func (e *Election) run(ctx context.Context) {
 			return
 		}
 		e.announce(ctx, l)
-		obs, campaigned, err := e.read(ctx, l)
+		obs, heldOffRead, err := e.read(ctx, l)
 		if err == nil {
 			retry.reset()
 			e.observe(obs, l, false)
@@ -26,7 +26,7 @@ func (e *Election) run(ctx context.Context) {
 					_ = e.handOver(ctx, 0)
 				}
 			}
-			err = e.follow(ctx, l, obs.Revision, campaigned)
+			err = e.follow(ctx, l, obs.Revision, heldOffRead)
 		}
 		if ctx.Err() != nil {
 			return
@@ -41,30 +41,34 @@ func (e *Election) run(ctx context.Context) {
 	}
 }
 
-// read campaigns for the key, or only looks at it while held off after a resign; it
-// reports which it did.
+// read campaigns for the key, or only looks at it while held off after a resign or when
+// this candidate never campaigns (priority 0). A candidate of lower priority yields first
+// (see yieldToHigher). It reports whether it only looked because of a hold-off.
 func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error) {
+	if obs, held := e.yieldToHigher(ctx); held {
+		return obs, false, nil
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
-	if _, held := e.heldOff(); held {
+	if _, held := e.heldOff(); held || e.c.Priority() == 0 {
 		obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
-		return obs, false, err
+		return obs, held, err
 	}
 	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
 	e.mu.Lock()
 	e.campaign.rec, e.campaign.sent = rec, e.c.now()
 	e.mu.Unlock()
 	obs, err := e.c.cfg.Backend.Campaign(rctx, e.name, rec.encode(), l.id)
-	return obs, true, err
+	return obs, false, err
 }
 
 // follow watches the key from after rev and publishes what it sees. It returns nil when the
 // loop should read the key again now (key deleted, lease lost, hold-off over, resync asked),
-// or the error that broke the watch. campaigned says whether the read before it campaigned
-// or only looked (held off).
-func (e *Election) follow(ctx context.Context, l *lease, rev int64, campaigned bool) error {
+// or the error that broke the watch. heldOffRead says whether the read before it only
+// looked at the key because of a hold-off.
+func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead bool) error {
 	d, held := e.heldOff()
-	if !campaigned && !held {
+	if heldOffRead && !held {
 		return nil // the hold-off ended since the read only looked: campaign now
 	}
 	wctx, cancel := context.WithCancel(ctx)

@@ -26,6 +26,13 @@ type Config struct {
 	Backend Backend
 	// Logger receives state changes; nil discards them.
 	Logger *zap.Logger
+	// Priority ranks this candidate among those free to take a vacant key: higher wins.
+	// Zero means DefaultPriority; NeverLead makes a candidate that never campaigns.
+	// SetPriority changes it later.
+	Priority int
+	// Preempt makes this candidate, while healthy, ask a leader of lower priority for a
+	// graceful transfer to itself (see priority.go).
+	Preempt bool
 	// Now reads the clock; nil means time.Now. It must return times with a monotonic
 	// reading. Tests move it forward to simulate a pause.
 	Now func() time.Time
@@ -48,6 +55,7 @@ type Candidate struct {
 	trouble        troubleLog
 	lastContact    atomic.Int64 // Unix nanoseconds of the last successful grant or renewal
 	observer       atomic.Pointer[observerBox]
+	prio           priority
 
 	ctx    context.Context // cancelled by Close: ends every loop
 	cancel context.CancelFunc
@@ -91,6 +99,8 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 	}
 	c.SetLogger(cfg.Logger)
 	c.SetDrainTimeout(cfg.DrainTimeout)
+	c.prio.rank.Store(effectivePriority(cfg.Priority))
+	c.prio.preempt.Store(cfg.Preempt)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }

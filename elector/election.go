@@ -63,7 +63,13 @@ type Election struct {
 	// completes it, and the intent is then cleared so that the others campaign again.
 	transferHere bool
 
-	announced LeaseID // the lease under which this candidate last announced itself (loop only)
+	// other is the newest term held by another instance, for the history (see history.go).
+	other lastOther
+
+	// announced is the lease under which this candidate last announced itself, and
+	// announcedValue what it announced (campaign loop only).
+	announced      LeaseID
+	announcedValue []byte
 
 	users     int // guarded by c.mu
 	startOnce sync.Once
@@ -115,7 +121,7 @@ func (e *Election) Start() {
 		e.mu.Lock()
 		e.cancel = cancel
 		e.mu.Unlock()
-		e.c.loops.Add(2)
+		e.c.loops.Add(3)
 		go func() {
 			defer e.c.loops.Done()
 			e.run(ctx)
@@ -123,6 +129,10 @@ func (e *Election) Start() {
 		go func() {
 			defer e.c.loops.Done()
 			e.followIntents(ctx)
+		}()
+		go func() {
+			defer e.c.loops.Done()
+			e.preempt(ctx)
 		}()
 	})
 }

@@ -55,15 +55,19 @@ func (e *Election) RequestResign(ctx context.Context, holdOff time.Duration) err
 // ErrNotCandidate when to takes no part in the election. It may be called on any
 // instance.
 func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duration) error {
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
-	live, err := e.c.cfg.Backend.Candidates(rctx, e.name)
-	cancel()
+	list, err := e.Candidates(ctx)
 	if err != nil {
 		return err
 	}
+	live := make([]string, len(list))
+	for i, c := range list {
+		live[i] = c.ID
+	}
 	if !slices.Contains(live, to) {
-		slices.Sort(live)
 		return fmt.Errorf("%q: %w %q (live: %v)", to, ErrNotCandidate, e.name, live)
+	}
+	if err := checkTransferTarget(list, to); err != nil {
+		return fmt.Errorf("transfer of election %q: %w", e.name, err)
 	}
 	if t := e.Term(); t.Leader.ID == to && !t.Leader.HandingOver {
 		return nil
@@ -187,17 +191,5 @@ func (e *Election) setStandAside(to string) {
 	e.mu.Unlock()
 	if changed {
 		e.kick()
-	}
-}
-
-// announce records this candidate as live under lease l, once per lease.
-func (e *Election) announce(ctx context.Context, l *lease) {
-	if e.announced == l.id {
-		return
-	}
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
-	defer cancel()
-	if err := e.c.cfg.Backend.Announce(rctx, e.name, e.c.cfg.ID, l.id); err == nil {
-		e.announced = l.id
 	}
 }

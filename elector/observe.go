@@ -147,6 +147,7 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 			}
 		}
 	}
+	e.noteHistoryLocked(old, t)
 	e.term.Store(t)
 	close(e.changed)
 	e.changed = make(chan struct{})

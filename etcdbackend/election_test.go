@@ -62,6 +62,9 @@ type fleetOptions struct {
 	ttl      time.Duration
 	election string
 	ids      []string // instance ids; default node-0, node-1, ...
+	// priority and preempt go to each node's elector.Config.
+	priority int
+	preempt  bool
 	// logs, if set, also receives every node's log, its backend's included; each node's
 	// entries are named by its id.
 	logs zapcore.Core
@@ -120,6 +123,8 @@ func startNode(t *testing.T, cluster *etcdtest.Cluster, id string, o fleetOption
 		DrainTimeout: 2 * time.Second,
 		Backend:      backend,
 		Logger:       logger,
+		Priority:     o.priority,
+		Preempt:      o.preempt,
 	}, o.election)
 	n.cand, n.election = cands, es[0]
 	t.Cleanup(n.heal) // before the candidate closes: cleanups run last first

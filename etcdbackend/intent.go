@@ -6,8 +6,10 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/caddyleader/caddy-leader/elector"
@@ -25,22 +27,23 @@ func (b *Backend) intentKey(election string) string { return b.Key(election) + "
 func (b *Backend) candidatesPrefix(election string) string { return b.Key(election) + "/candidates/" }
 
 // Announce implements elector.Backend.
-func (b *Backend) Announce(ctx context.Context, election, id string, lease elector.LeaseID) error {
+func (b *Backend) Announce(ctx context.Context, election, id string, value []byte, lease elector.LeaseID) error {
 	cli, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
 	at := b.mark()
 	key := b.candidatesPrefix(election) + id + "/" + strconv.FormatInt(int64(lease), 16)
-	resp, err := cli.Put(leaderCtx(ctx), key, id, clientv3.WithLease(clientv3.LeaseID(lease)))
+	resp, err := cli.Put(leaderCtx(ctx), key, string(value), clientv3.WithLease(clientv3.LeaseID(lease)))
 	if err != nil {
 		return b.describe(mapLeaseErr(err))
 	}
 	return b.checked(at, resp.Header)
 }
 
-// Candidates implements elector.Backend.
-func (b *Backend) Candidates(ctx context.Context, election string) ([]string, error) {
+// Candidates implements elector.Backend. The id is read from the key; when one id is
+// announced under two leases, the entry written last wins.
+func (b *Backend) Candidates(ctx context.Context, election string) ([]elector.CandidateEntry, error) {
 	cli, err := b.client(ctx)
 	if err != nil {
 		return nil, err
@@ -54,13 +57,20 @@ func (b *Backend) Candidates(ctx context.Context, election string) ([]string, er
 	if err := b.checked(at, resp.Header); err != nil {
 		return nil, err
 	}
-	ids := make([]string, 0, len(resp.Kvs))
+	latest := make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		if id := string(kv.Value); !slices.Contains(ids, id) {
-			ids = append(ids, id)
+		rest := strings.TrimPrefix(string(kv.Key), prefix)
+		id := rest[:max(0, strings.LastIndexByte(rest, '/'))]
+		if seen, ok := latest[id]; id != "" && (!ok || kv.ModRevision > seen.ModRevision) {
+			latest[id] = kv
 		}
 	}
-	return ids, nil
+	list := make([]elector.CandidateEntry, 0, len(latest))
+	for id, kv := range latest {
+		list = append(list, elector.CandidateEntry{ID: id, Value: kv.Value})
+	}
+	slices.SortFunc(list, func(x, y elector.CandidateEntry) int { return strings.Compare(x.ID, y.ID) })
+	return list, nil
 }
 
 // SetIntent implements elector.Backend: the intent is bound to a lease of its own, so

@@ -147,7 +147,7 @@ func TestTwinCandidatesKeepTheirEntries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Announce(ctx, "twins", "twin", id); err != nil {
+		if err := b.Announce(ctx, "twins", "twin", []byte("twin"), id); err != nil {
 			t.Fatal(err)
 		}
 		leases, backends = append(leases, id), append(backends, b)
@@ -160,7 +160,7 @@ func TestTwinCandidatesKeepTheirEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ids) != 1 || ids[0] != "twin" {
+	if len(ids) != 1 || ids[0].ID != "twin" {
 		t.Fatalf("candidates %v after one twin left, want [twin]", ids)
 	}
 }

@@ -10,43 +10,46 @@ import (
 )
 
 // Announce implements elector.Backend: the row is bound to the lease and goes with it.
-func (b *Backend) Announce(ctx context.Context, election, id string, lease elector.LeaseID) error {
+func (b *Backend) Announce(ctx context.Context, election, id string, value []byte, lease elector.LeaseID) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
+	if value == nil {
+		value = []byte{}
+	}
 	tag, err := b.pool.Exec(ctx, fmt.Sprintf(`
-INSERT INTO %[1]s (election, id, lease)
-SELECT $1, $2, id FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp()
-ON CONFLICT (election, id) DO UPDATE SET lease = EXCLUDED.lease`,
-		b.names.candidates, b.names.leases), election, id, int64(lease))
+INSERT INTO %[1]s (election, id, lease, value)
+SELECT $1, $2, id, $4 FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp()
+ON CONFLICT (election, id) DO UPDATE SET lease = EXCLUDED.lease, value = EXCLUDED.value`,
+		b.names.candidates, b.names.leases), election, id, int64(lease), value)
 	if isForeignKeyViolation(err) || (err == nil && tag.RowsAffected() == 0) {
 		return elector.ErrLeaseNotFound
 	}
 	return b.describe(err)
 }
 
-// Candidates implements elector.Backend; the ids come sorted.
-func (b *Backend) Candidates(ctx context.Context, election string) ([]string, error) {
+// Candidates implements elector.Backend.
+func (b *Backend) Candidates(ctx context.Context, election string) ([]elector.CandidateEntry, error) {
 	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
 	rows, err := b.pool.Query(ctx, fmt.Sprintf(`
-SELECT c.id FROM %[1]s c JOIN %[2]s l ON l.id = c.lease
+SELECT c.id, c.value FROM %[1]s c JOIN %[2]s l ON l.id = c.lease
 WHERE c.election = $1 AND l.expires_at > clock_timestamp()
 ORDER BY c.id`, b.names.candidates, b.names.leases), election)
 	if err != nil {
 		return nil, b.describe(err)
 	}
 	defer rows.Close()
-	ids := []string{}
+	list := []elector.CandidateEntry{}
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var en elector.CandidateEntry
+		if err := rows.Scan(&en.ID, &en.Value); err != nil {
 			return nil, b.describe(err)
 		}
-		ids = append(ids, id)
+		list = append(list, en)
 	}
-	return ids, b.describe(rows.Err())
+	return list, b.describe(rows.Err())
 }
 
 // SetIntent implements elector.Backend. Expired intents of other elections are deleted on

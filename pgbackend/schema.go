@@ -19,7 +19,7 @@ var prefixPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // names are the store's SQL object names for one prefix. Prefix is checked against
 // prefixPattern, so the names can be put into statements as they are.
 type names struct {
-	seq, next, leases, elections, intents, candidates, acks, notify, channel string
+	seq, next, leases, elections, intents, candidates, acks, history, notify, channel string
 }
 
 func newNames(prefix string) names {
@@ -33,6 +33,7 @@ func newNames(prefix string) names {
 		acks:       prefix + "released",
 		notify:     prefix + "notify",
 		channel:    prefix + "changes",
+		history:    prefix + "history",
 	}
 }
 
@@ -63,6 +64,7 @@ func Schema(prefix string) (string, error) {
 //     point at a lease that does not exist. Acknowledgements are the exception: a holder
 //     revokes its lease right after letting go, and its successor must still find them;
 //     they carry an expires_at of their own (the holder's TTL) and are deleted when read.
+//   - The history of terms is bound to no lease: it outlives every instance.
 //   - The triggers NOTIFY listeners of every change of an election or intent row,
 //     whoever makes it (an operator's UPDATE or DELETE too).
 func schema(n names) string {
@@ -98,11 +100,18 @@ CREATE TABLE IF NOT EXISTS %[6]s (
 	PRIMARY KEY (election, id)
 );
 CREATE INDEX IF NOT EXISTS %[6]s_lease ON %[6]s (lease);
+ALTER TABLE %[6]s ADD COLUMN IF NOT EXISTS value bytea NOT NULL DEFAULT ''::bytea;
 CREATE TABLE IF NOT EXISTS %[7]s (
 	election text NOT NULL,
 	token bigint NOT NULL,
 	expires_at timestamptz NOT NULL,
 	PRIMARY KEY (election, token)
+);
+CREATE TABLE IF NOT EXISTS %[11]s (
+	election text NOT NULL,
+	seq bigint NOT NULL,
+	entry bytea NOT NULL,
+	PRIMARY KEY (election, seq)
 );
 CREATE OR REPLACE FUNCTION %[8]s() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
@@ -128,7 +137,7 @@ END
 $f$;
 CREATE OR REPLACE TRIGGER %[5]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[5]s
 	FOR EACH ROW EXECUTE FUNCTION %[8]s_intent();
-`, n.seq, n.next, n.leases, n.elections, n.intents, n.candidates, n.acks, n.notify, n.channel, "name")
+`, n.seq, n.next, n.leases, n.elections, n.intents, n.candidates, n.acks, n.notify, n.channel, "name", n.history)
 }
 
 // createSchema runs the DDL. Candidates that start together race to create the same

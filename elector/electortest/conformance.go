@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,6 +64,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"intents_relay_resign_and_transfer", intents},
 		{"intent_expires", intentExpires},
 		{"candidates_live_with_their_lease", candidates},
+		{"history_keeps_the_newest_entries_for_everyone", history},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -597,32 +599,38 @@ func candidates(t *testing.T, h *harness) {
 		b     elector.Backend
 		id    string
 		lease elector.LeaseID
-	}{{a, "alpha", la}, {b, "beta", lb}} {
-		if err := c.b.Announce(h.ctx(), h.election, c.id, c.lease); err != nil {
+	}{{b, "beta", lb}, {a, "alpha", la}} {
+		if err := c.b.Announce(h.ctx(), h.election, c.id, []byte(c.id+"-1"), c.lease); err != nil {
 			t.Fatalf("Announce %s: %v", c.id, err)
 		}
 	}
-	list := func() map[string]bool {
-		ids, err := a.Candidates(h.ctx(), h.election)
+	list := func() string {
+		entries, err := a.Candidates(h.ctx(), h.election)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := map[string]bool{}
-		for _, id := range ids {
-			m[id] = true
+		var parts []string
+		for _, e := range entries {
+			parts = append(parts, e.ID+"="+string(e.Value))
 		}
-		return m
+		return strings.Join(parts, " ")
 	}
-	if got := list(); len(got) != 2 || !got["alpha"] || !got["beta"] {
-		t.Fatalf("Candidates = %v, want alpha and beta", got)
+	if got := list(); got != "alpha=alpha-1 beta=beta-1" {
+		t.Fatalf("Candidates = %q, want alpha=alpha-1 beta=beta-1 (sorted by id, with their values)", got)
+	}
+	if err := b.Announce(h.ctx(), h.election, "beta", []byte("beta-2"), lb); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(); got != "alpha=alpha-1 beta=beta-2" {
+		t.Fatalf("after beta announced again Candidates = %q, want its new value only", got)
 	}
 	if err := b.Revoke(h.ctx(), lb); err != nil {
 		t.Fatal(err)
 	}
-	if got := list(); len(got) != 1 || !got["alpha"] {
-		t.Fatalf("after beta's lease was revoked Candidates = %v, want alpha", got)
+	if got := list(); got != "alpha=alpha-1" {
+		t.Fatalf("after beta's lease was revoked Candidates = %q, want alpha only", got)
 	}
-	if err := b.Announce(h.ctx(), h.election, "beta", lb); err == nil {
+	if err := b.Announce(h.ctx(), h.election, "beta", []byte("beta-3"), lb); err == nil {
 		t.Fatal("Announce under a revoked lease succeeded")
 	}
 }

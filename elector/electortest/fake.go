@@ -28,8 +28,9 @@ type Store struct {
 	// intentRev counts the changes of each election's intent, so that a watch can tell
 	// an intent set again from one it has reported.
 	intentRev map[string]int64
-	cands     map[string]map[string]elector.LeaseID // election -> id -> lease
-	acks      map[string]map[int64]time.Time        // election -> token -> when it expires
+	cands     map[string]map[string]candidate // election -> id -> entry
+	acks      map[string]map[int64]time.Time  // election -> token -> when it expires
+	terms     map[string][][]byte             // election -> ended terms, oldest first
 	down      error
 	changed   chan struct{} // closed and replaced on every write
 }
@@ -59,8 +60,9 @@ func NewStore() *Store {
 		keys:      make(map[string]*key),
 		history:   make(map[string][]elector.Observation),
 		intents:   make(map[string]intent),
-		cands:     make(map[string]map[string]elector.LeaseID),
+		cands:     make(map[string]map[string]candidate),
 		acks:      make(map[string]map[int64]time.Time),
+		terms:     make(map[string][][]byte),
 		changed:   make(chan struct{}),
 	}
 }
@@ -162,8 +164,8 @@ func (s *Store) dropLeaseLocked(id elector.LeaseID) {
 		s.deleteLocked(election)
 	}
 	for _, ids := range s.cands {
-		for cid, l := range ids {
-			if l == id {
+		for cid, c := range ids {
+			if c.lease == id {
 				delete(ids, cid)
 			}
 		}
@@ -411,7 +413,7 @@ func (c *Client) Release(ctx context.Context, election string, token int64, leas
 }
 
 // Announce implements elector.Backend.
-func (c *Client) Announce(ctx context.Context, election, id string, lease elector.LeaseID) error {
+func (c *Client) Announce(ctx context.Context, election, id string, value []byte, lease elector.LeaseID) error {
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
@@ -420,25 +422,56 @@ func (c *Client) Announce(ctx context.Context, election, id string, lease electo
 		return elector.ErrLeaseNotFound
 	}
 	if c.s.cands[election] == nil {
-		c.s.cands[election] = make(map[string]elector.LeaseID)
+		c.s.cands[election] = make(map[string]candidate)
 	}
-	c.s.cands[election][id] = lease
+	c.s.cands[election][id] = candidate{lease: lease, value: clone(value)}
 	c.s.rev++
 	return nil
 }
 
-// Candidates implements elector.Backend; the ids come sorted.
-func (c *Client) Candidates(ctx context.Context, election string) ([]string, error) {
+// Candidates implements elector.Backend.
+func (c *Client) Candidates(ctx context.Context, election string) ([]elector.CandidateEntry, error) {
 	if err := c.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer c.s.mu.Unlock()
-	ids := make([]string, 0, len(c.s.cands[election]))
-	for id := range c.s.cands[election] {
-		ids = append(ids, id)
+	list := make([]elector.CandidateEntry, 0, len(c.s.cands[election]))
+	for id, cand := range c.s.cands[election] {
+		list = append(list, elector.CandidateEntry{ID: id, Value: clone(cand.value)})
 	}
-	sort.Strings(ids)
-	return ids, nil
+	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	return list, nil
+}
+
+// candidate is one announced candidate of an election.
+type candidate struct {
+	lease elector.LeaseID
+	value []byte
+}
+
+// AppendHistory implements elector.Backend.
+func (c *Client) AppendHistory(ctx context.Context, election string, entry []byte, keep int) error {
+	if err := c.lock(ctx); err != nil {
+		return err
+	}
+	defer c.s.mu.Unlock()
+	list := append(c.s.terms[election], clone(entry))
+	c.s.terms[election] = list[max(0, len(list)-keep):]
+	c.s.rev++
+	return nil
+}
+
+// History implements elector.Backend.
+func (c *Client) History(ctx context.Context, election string) ([][]byte, error) {
+	if err := c.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer c.s.mu.Unlock()
+	list := make([][]byte, 0, len(c.s.terms[election]))
+	for _, e := range c.s.terms[election] {
+		list = append(list, clone(e))
+	}
+	return list, nil
 }
 
 // SetIntent implements elector.Backend.

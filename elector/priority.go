@@ -1,0 +1,183 @@
+package elector
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Priorities rank the candidates of a fleet, as Patroni's failover_priority does: when
+// several are free to take a vacant key, the highest wins, because each waits before
+// campaigning by a short step per live, healthy candidate of higher priority that the
+// store's registry lists (the campaign is still a compare-and-swap: waiting decides who
+// tries first, never who may hold the key). A candidate of priority 0 never campaigns; it
+// only follows (Patroni's nofailover). With preempt, a healthy candidate of higher priority
+// than the leader asks it for a graceful transfer, through the same intent as
+// Election.Transfer; it never takes the key by force.
+
+// DefaultPriority is the priority of a candidate whose Config.Priority is 0.
+const DefaultPriority = 1
+
+// NeverLead, as Config.Priority, makes a candidate that never campaigns: it follows,
+// forwards and redirects, and is listed with priority 0.
+const NeverLead = -1
+
+// priority is a candidate's current rank and whether it preempts lower-ranked leaders.
+type priority struct {
+	rank    atomic.Int64 // the effective priority: 0 never campaigns
+	preempt atomic.Bool
+}
+
+func effectivePriority(p int) int64 {
+	switch {
+	case p == 0:
+		return DefaultPriority
+	case p < 0:
+		return 0
+	}
+	return int64(p)
+}
+
+// SetPriority changes the candidate's priority (as Config.Priority) and whether it preempts
+// a leader of lower priority, without starting a new candidacy; every election announces the
+// change at once. A leader whose new priority is 0 keeps its term until it ends (resign it
+// to hand over now).
+func (c *Candidate) SetPriority(p int, preempt bool) {
+	old := c.prio.rank.Swap(effectivePriority(p))
+	oldPreempt := c.prio.preempt.Swap(preempt)
+	if old == effectivePriority(p) && oldPreempt == preempt {
+		return
+	}
+	for _, e := range c.Elections() {
+		e.kick()
+	}
+}
+
+// Priority is the candidate's effective priority: 0 when it never campaigns.
+func (c *Candidate) Priority() int { return int(c.prio.rank.Load()) }
+
+// priorityStep is how long a candidate yields to each live candidate of higher priority
+// before it campaigns for a vacant key: long enough for one that noticed the vacancy at the
+// same moment to get its campaign to the store first.
+func priorityStep(ttl time.Duration) time.Duration {
+	return min(max(ttl/4, 100*time.Millisecond), time.Second)
+}
+
+// yieldToHigher is called before a campaign. If the registry lists live, healthy candidates
+// of higher priority than this one and the key is vacant, it waits a step for each of them,
+// and returns false so that the campaign goes ahead (one of them most likely holds the key by
+// then, and the campaign only reads it). It returns an observation and true when it found the
+// key held: no campaign is needed. Any store error lets the campaign go ahead at once.
+func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
+	mine := e.c.prio.rank.Load()
+	if _, held := e.heldOff(); held || mine == 0 {
+		return Observation{}, false
+	}
+	list, err := e.Candidates(ctx)
+	if err != nil {
+		return Observation{}, false
+	}
+	higher := 0
+	for _, c := range list {
+		if c.ID != e.c.cfg.ID && c.Healthy && int64(c.Priority) > mine {
+			higher++
+		}
+	}
+	if higher == 0 {
+		return Observation{}, false
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
+	cancel()
+	if err == nil && obs.Holder != nil {
+		return obs, true
+	}
+	t := time.NewTimer(time.Duration(higher) * priorityStep(e.c.cfg.TTL))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return Observation{}, false
+}
+
+// preempt runs while the election does, when the candidate preempts: whenever another
+// instance leads a settled term with a lower priority than this one, and this one is healthy
+// and free to campaign, it asks for a transfer to itself. A transfer that fails (the leader
+// is cut off, the store is down) is asked again after a TTL.
+func (e *Election) preempt(ctx context.Context) {
+	ttl := e.c.cfg.TTL
+	for {
+		changed := e.Changed()
+		if e.c.prio.preempt.Load() && e.outranksLeader(ctx) {
+			t := e.Term()
+			e.c.log().Info("asking a leader of lower priority to hand over", zap.String("election", e.name),
+				zap.String("leader", t.Leader.ID), zap.Int("priority", e.c.Priority()))
+			if err := e.Transfer(ctx, e.c.cfg.ID, 2*ttl); err != nil && ctx.Err() == nil {
+				e.c.log().Warn("preempting the leader failed; asking again later", zap.String("election", e.name), zap.Error(err))
+				if !sleepCtx(ctx, ttl) {
+					return
+				}
+			}
+			continue
+		}
+		// Priorities change without a change of term (a reload, a peer that joins): look
+		// again every TTL too.
+		timer := time.NewTimer(ttl)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-changed:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// outranksLeader reports whether another instance leads a settled term, this one is healthy
+// and free to campaign, and the leader's announced priority is lower than this one's.
+func (e *Election) outranksLeader(ctx context.Context) bool {
+	t := e.Term()
+	mine := e.c.prio.rank.Load()
+	if mine == 0 || t.Holds() || !t.LeaderKnown() || t.Leader.HandingOver || !t.Settled(e.c.now()) {
+		return false
+	}
+	if _, held := e.heldOff(); held || !e.Healthy() {
+		return false
+	}
+	list, err := e.Candidates(ctx)
+	if err != nil {
+		return false
+	}
+	for _, c := range list {
+		if c.ID == t.Leader.ID {
+			return int64(c.Priority) < mine
+		}
+	}
+	return false // a leader that is not in the registry has no known priority
+}
+
+// checkTransferTarget refuses a transfer to a candidate that never campaigns.
+func checkTransferTarget(list []CandidateInfo, to string) error {
+	for _, c := range list {
+		if c.ID == to && c.Priority == 0 {
+			return fmt.Errorf("%q has priority 0: it never leads", to)
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

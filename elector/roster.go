@@ -1,0 +1,78 @@
+package elector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sort"
+)
+
+// The roster is the store's registry of live candidates: each one announces itself in each
+// of its elections under its lease (so its entry goes when it does), with what an operator
+// needs to see the whole fleet from any instance: where to reach it and whether it is fit
+// to lead.
+
+// CandidateInfo is what a candidate announces about itself in an election.
+type CandidateInfo struct {
+	// ID is the candidate's instance id.
+	ID string `json:"id"`
+	// URL is the candidate's advertise URL; may be empty.
+	URL string `json:"url,omitempty"`
+	// Healthy is false while the candidate stays out of the election: it resigned with a
+	// hold-off, stepped down for an unhealthy service, or is leaving.
+	Healthy bool `json:"healthy"`
+	// Priority ranks the candidate (see priority.go): 0 never campaigns.
+	Priority int `json:"priority"`
+}
+
+// info is what this candidate announces in e now.
+func (e *Election) info() CandidateInfo {
+	e.mu.Lock()
+	healthy := !e.holdUntil.After(e.c.now())
+	e.mu.Unlock()
+	return CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: healthy, Priority: e.c.Priority()}
+}
+
+func (i CandidateInfo) encode() []byte {
+	b, _ := json.Marshal(i) // strings and bools always marshal
+	return b
+}
+
+// Candidates lists the live candidates of the election as the store has them, sorted by
+// id. An entry whose value this plugin did not write is listed with its id only. It blocks
+// for one store request at most.
+func (e *Election) Candidates(ctx context.Context) ([]CandidateInfo, error) {
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	entries, err := e.c.cfg.Backend.Candidates(rctx, e.name)
+	if err != nil {
+		return nil, err
+	}
+	list := make([]CandidateInfo, 0, len(entries))
+	for _, en := range entries {
+		// An entry without a priority was announced before priorities existed.
+		info := CandidateInfo{Priority: DefaultPriority}
+		if json.Unmarshal(en.Value, &info) != nil {
+			info = CandidateInfo{Priority: DefaultPriority}
+		}
+		info.ID = en.ID
+		list = append(list, info)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	return list, nil
+}
+
+// announce records this candidate as live under lease l, once per lease and again whenever
+// what it announces changes (the campaign loop calls it on every pass, and a resign or the
+// end of a hold-off makes a pass).
+func (e *Election) announce(ctx context.Context, l *lease) {
+	value := e.info().encode()
+	if e.announced == l.id && bytes.Equal(e.announcedValue, value) {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	if err := e.c.cfg.Backend.Announce(rctx, e.name, e.c.cfg.ID, value, l.id); err == nil {
+		e.announced, e.announcedValue = l.id, value
+	}
+}
