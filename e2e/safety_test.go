@@ -168,9 +168,13 @@ const (
 )
 
 type safetyScenario struct {
-	name   string
-	load   time.Duration // how long the clients send, from safetyWarmup before the fault
-	frozen bool          // the old leader is frozen: it may be frozen mid-request
+	name string
+	load time.Duration // how long the clients send, from the warmup before the fault
+	// warmup is how long the clients send before the fault; 0 means safetyWarmup.
+	warmup time.Duration
+	// rate is the clients' requests per second; 0 means safetyRate.
+	rate   int
+	frozen bool // the old leader is frozen: it may be frozen mid-request
 	// renews: the fault slows the leader's links without cutting them, so renewals sent
 	// after it can still succeed and move its lease deadline on; its last admission is then
 	// not bounded by ttl after the fault (double admission is still checked).
@@ -345,16 +349,29 @@ func delayFault(d time.Duration) func(s *scenarioRun) {
 }
 
 func runScenario(t *testing.T, sc safetyScenario) safetyReport {
-	env := startSafetyEnv(t, sc.config)
+	return runScenarioOn(t, startSafetyEnv(t, sc.config), sc)
+}
+
+// runScenarioOn runs sc on env, whose fleet may have been through scenarios before: only
+// the backend's arrivals from this scenario's load on are checked. It leaves env.leader
+// and env.token at the leader the survivors agree on at the end.
+func runScenarioOn(t *testing.T, env *safetyEnv, sc safetyScenario) safetyReport {
+	warmup, rate := sc.warmup, sc.rate
+	if warmup == 0 {
+		warmup = safetyWarmup
+	}
+	if rate == 0 {
+		rate = safetyRate
+	}
 	s := &scenarioRun{safetyEnv: env, survivors: env.fleet, marks: map[string]time.Time{}}
 	s.load = newLoadRun(env.fleet, env.client)
 	loadStart := time.Now()
 	loaded := make(chan struct{})
 	go func() {
 		defer close(loaded)
-		s.load.run(safetyRate, sc.load)
+		s.load.run(rate, sc.load)
 	}()
-	time.Sleep(safetyWarmup)
+	time.Sleep(warmup)
 	s.faultAt = time.Now()
 	if sc.fault != nil {
 		sc.fault(s)
@@ -367,7 +384,7 @@ func runScenario(t *testing.T, sc safetyScenario) safetyReport {
 	loadEnd := loadStart.Add(sc.load)
 
 	results := append(append([]outcome(nil), s.load.results...), s.extra...)
-	rep := checkSafety(sc.name, results, env.backend.log(), env.token, s.faultAt, loadEnd)
+	rep := checkSafety(sc.name, results, env.backend.since(loadStart), env.token, s.faultAt, loadEnd)
 	rep.Frozen = sc.frozen
 	rep.Renews = sc.renews
 	if rep.Notes == "" {
@@ -382,7 +399,8 @@ func runScenario(t *testing.T, sc safetyScenario) safetyReport {
 	}
 
 	// Whatever happened, the fleet must end up with one leader that all agree on.
-	WaitStableLeader(t, s.survivors, recoverTimeout)
+	env.leader, env.token = WaitStableLeader(t, s.survivors, recoverTimeout)
+	env.fleet = s.survivors
 	return rep
 }
 
