@@ -15,8 +15,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,12 +39,7 @@ func TestSafetyPostgres(t *testing.T) {
 	server := pgtest.Start(t)
 	var reports []safetyReport
 	defer func() {
-		var b strings.Builder
-		b.WriteString("\n" + safetyTableHeader + "\n")
-		for _, r := range reports {
-			b.WriteString(r.row() + "\n")
-		}
-		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), b.String())
+		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safetyTable(reports))
 	}()
 	for _, mode := range []string{"reject", "redirect", "forward"} {
 		t.Run(mode, func(t *testing.T) {
@@ -84,11 +77,7 @@ func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode string) *safetyE
 			"table_prefix": "safety_" + mode + "_",
 		}
 	}
-	env.fleet = StartFleet(t, pgSafetyInstances, env.cfg)
-	env.leader, env.token = WaitStableLeader(t, env.fleet, electTimeout)
-	transport := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}
-	t.Cleanup(transport.CloseIdleConnections)
-	env.client = &http.Client{Transport: transport, Timeout: safetyClientTimeout}
+	env.launch(t, pgSafetyInstances)
 	return env
 }
 

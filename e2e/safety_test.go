@@ -76,12 +76,19 @@ func startSafetyEnv(t *testing.T, change func(*Config)) *safetyEnv {
 	if change != nil {
 		change(&env.cfg)
 	}
-	env.fleet = StartFleet(t, safetyInstances, env.cfg)
+	env.launch(t, safetyInstances)
+	return env
+}
+
+// launch starts a fleet of n with env.cfg, waits for its leader, and makes the clients'
+// HTTP client.
+func (env *safetyEnv) launch(t *testing.T, n int) {
+	t.Helper()
+	env.fleet = StartFleet(t, n, env.cfg)
 	env.leader, env.token = WaitStableLeader(t, env.fleet, electTimeout)
 	transport := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}
 	t.Cleanup(transport.CloseIdleConnections)
 	env.client = &http.Client{Transport: transport, Timeout: safetyClientTimeout}
-	return env
 }
 
 // cut blackholes every link of in to etcd; heal undoes cut and delay.
@@ -194,12 +201,7 @@ func TestSafety(t *testing.T) {
 	started := time.Now()
 	var reports []safetyReport
 	defer func() {
-		var b strings.Builder
-		b.WriteString("\n" + safetyTableHeader + "\n")
-		for _, r := range reports {
-			b.WriteString(r.row() + "\n")
-		}
-		t.Logf("RESULTS (ttl %v, %d instances, 3 etcd member processes, %d req/s; %v in all):%s", ttl, safetyInstances, safetyRate, time.Since(started).Round(time.Second), b.String())
+		t.Logf("RESULTS (ttl %v, %d instances, 3 etcd member processes, %d req/s; %v in all):%s", ttl, safetyInstances, safetyRate, time.Since(started).Round(time.Second), safetyTable(reports))
 	}()
 
 	for _, sc := range safetyScenarios() {
