@@ -157,6 +157,8 @@ func TestDocsShowGoldens(t *testing.T) {
 	cases := []struct{ doc, golden string }{
 		{"docs/events.md", "events_webhook"},
 		{"docs/app.md", "global_step_down_when_unhealthy"},
+		{"docs/app.md", "global_store_etcd"},
+		{"docs/app.md", "global_store_postgres"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.golden, func(t *testing.T) {

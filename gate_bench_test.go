@@ -3,7 +3,8 @@
 package caddyleader
 
 // Hot-path benchmarks: what the gate and the matcher cost one request, on a leader and on a
-// follower of a real election (embedded etcd). See BENCHMARKS.md for the numbers.
+// follower of a real election (embedded etcd; -bench.store postgres: a PostgreSQL server of
+// internal/pgtest). See BENCHMARKS.md for the numbers.
 //
 //	go test -run '^$' -bench . -benchmem -count 10 .
 //
@@ -22,6 +23,7 @@ package caddyleader
 // a core does not inflate. On a busy machine it is the steadier of the two.
 
 import (
+	"flag"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -31,18 +33,47 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/pgbackend"
 )
+
+// benchStore picks the store of the benchmarks' election. The hot path reads only the
+// election's in-memory state, whichever store feeds it; -bench.store postgres shows it.
+var benchStore = flag.String("bench.store", "etcd", "the store of the hot-path benchmarks' election: etcd or postgres")
 
 // benchElections returns the election of a leading and of a following candidate, which
 // read the production clock, so that the hot path measured is the one Caddy runs.
 func benchElections(b *testing.B) (leading, following *elector.Election) {
 	b.Helper()
-	cluster := etcdtest.Start(b, 1)
-	leader, follower := leaderAndFollower(b, cluster.Endpoints(), "bench", false)
-	return leader.election, follower.election
+	switch *benchStore {
+	case "etcd":
+		cluster := etcdtest.Start(b, 1)
+		leader, follower := leaderAndFollower(b, cluster.Endpoints(), "bench", false)
+		return leader.election, follower.election
+	case "postgres":
+		server := pgtest.Start(b)
+		var es []*elector.Election
+		for _, id := range []string{"a", "b"} {
+			backend, err := pgbackend.New(pgbackend.Config{DSN: server.DSN()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, e := fleet.StartCandidate(b, elector.Config{
+				ID: id, URL: "http://" + id + ".test:8080", TTL: 3 * time.Second, DrainTimeout: 5 * time.Second,
+				Backend: backend, Logger: zaptest.NewLogger(b).Named(id),
+			}, "bench")
+			es = append(es, e[0])
+		}
+		i, _ := fleet.WaitAgreed(b, 10*time.Second, es)
+		return es[i], es[1-i]
+	}
+	b.Fatalf("-bench.store %q: use etcd or postgres", *benchStore)
+	return nil, nil
 }
 
 // preparedRequest is a request as Caddy's server hands it to the first handler: built by

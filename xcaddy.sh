@@ -33,12 +33,14 @@ Commands:
                           ./etcd-local when missing or stale) in the background, stop it,
                           or tell whether it runs (exit status 3 when it does not). Its
                           pid file and log are in .etcd-local/.
-  demo [--keep|--manual|--ci]
+  demo [--keep|--manual|--ci] [--store etcd|postgres]
                           Build ./caddy and ./etcd-local if needed, start a local etcd
                           and three Caddy instances on 127.0.0.1 (demo/Caddyfile), and
                           walk through a handover and a crash, timed. --keep: explore by
                           hand afterwards; --manual: skip the walkthrough; --ci: no
                           prompts or colors, check every step, exit non-zero on failure.
+                          --store postgres: elect through a local PostgreSQL server
+                          instead (needs PostgreSQL installed: apt-get install postgresql).
                           DEMO_PORT_BASE sets the first port (default: 18080).
   help                    Show this message.
 
@@ -312,18 +314,31 @@ run() {
 # Builds what the demo runs, only if it is missing or out of date, then hands over to
 # cmd/demo, which starts, walks through and stops everything.
 demo() {
-	local arg
+	local arg store=etcd want_store=0
 	for arg in "$@"; do
+		if ((want_store)); then
+			store=$arg want_store=0
+			continue
+		fi
 		case $arg in
 		--ci | --keep | --manual) ;;
+		--store) want_store=1 ;;
+		--store=*) store=${arg#--store=} ;;
 		help | -h | --help) exec go run ./cmd/demo --help ;;
 		*) die "demo: unknown option '$arg' (see ./xcaddy.sh demo --help)" ;;
 		esac
 	done
+	((want_store == 0)) || die "demo: --store needs a value: etcd or postgres"
+	case $store in
+	etcd | postgres) ;;
+	*) die "demo: --store '$store': use etcd or postgres" ;;
+	esac
 	if needs_build ./caddy; then
 		build
 	fi
-	build_etcd_local ./etcd-local
+	if [[ $store == etcd ]]; then
+		build_etcd_local ./etcd-local
+	fi
 	exec go run ./cmd/demo "$@"
 }
 

@@ -8,8 +8,10 @@ package e2e
 //
 //	go test -tags bench -run TestBenchFailover -v -timeout 40m ./e2e
 //	go test -tags bench -run 'TestBenchFailover/sigkill_ttl_10s' -v ./e2e -bench.trials 5
+//	go test -tags bench -run TestBenchFailover -v ./e2e -bench.store postgres -bench.ttls 2s
 //
-// Each subtest runs its own 1-member etcd and a fleet of three instances. A trial waits
+// Each subtest runs its own 1-member etcd (or, with -bench.store postgres, its own
+// PostgreSQL server) and a fleet of three instances. A trial waits
 // until the fleet agrees on a leader, then for a random fraction of a renewal interval
 // (ttl/3), so that faults land uniformly over the lease's renewal cycle; it starts the
 // harness's Poller on the two others, signals the leader, and waits for the first 200 on
@@ -35,11 +37,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/pgtest"
 )
 
 var (
 	benchTrials = flag.Int("bench.trials", 20, "failover trials per signal and ttl")
 	benchTTLs   = flag.String("bench.ttls", "2s,5s,10s", "comma-separated lease ttls to measure")
+	benchStore  = flag.String("bench.store", "etcd", "the store the fleet elects through: etcd or postgres")
 )
 
 func TestBenchFailover(t *testing.T) {
@@ -96,9 +100,18 @@ func watchKey(ctx context.Context, cli *clientv3.Client, key string) *keyEvents 
 }
 
 func benchFailover(t *testing.T, sig syscall.Signal, ttl time.Duration, trials int) {
-	etcd := etcdtest.Start(t, 1)
-	cli := etcd.Client(t)
-	cfg := Config{Endpoints: etcd.Endpoints(), TTL: ttl.String(), Variant: "v0"}
+	var cli *clientv3.Client // nil on postgres: the key's deletion is timed on etcd only
+	cfg := Config{TTL: ttl.String(), Variant: "v0"}
+	switch *benchStore {
+	case "etcd":
+		etcd := etcdtest.Start(t, 1)
+		cli = etcd.Client(t)
+		cfg.Endpoints = etcd.Endpoints()
+	case "postgres":
+		cfg.Store = map[string]any{"module": "postgres", "dsn": pgtest.Start(t).DSN()}
+	default:
+		t.Fatalf("-bench.store %q: use etcd or postgres", *benchStore)
+	}
 	fleet := StartFleet(t, 3, cfg)
 	spawned := len(fleet)
 
@@ -111,8 +124,11 @@ func benchFailover(t *testing.T, sig syscall.Signal, ttl time.Duration, trials i
 		time.Sleep(rand.N(ttl / 3))
 
 		ctx, cancel := context.WithCancel(context.Background())
-		ev := watchKey(ctx, cli, "/caddy-leader/default")
-		time.Sleep(10 * time.Millisecond) // let the watch register before the fault
+		ev := &keyEvents{}
+		if cli != nil {
+			ev = watchKey(ctx, cli, "/caddy-leader/default")
+			time.Sleep(10 * time.Millisecond) // let the watch register before the fault
+		}
 		fault := time.Now()
 		leader.signal(sig)
 		s := poller.WaitServed(t, ttl+5*time.Second, "with a new term",
@@ -127,7 +143,9 @@ func benchFailover(t *testing.T, sig syscall.Signal, ttl time.Duration, trials i
 		ev.mu.Lock()
 		del := ev.deleted.Sub(fault)
 		ev.mu.Unlock()
-		deleted = append(deleted, del)
+		if cli != nil {
+			deleted = append(deleted, del)
+		}
 		exited = append(exited, exit)
 		if sig == syscall.SIGTERM {
 			for msg, at := range logTimes(leader, fault, shutdownSteps) {
@@ -137,16 +155,23 @@ func benchFailover(t *testing.T, sig syscall.Signal, ttl time.Duration, trials i
 		if s.SentAt.Before(fault) {
 			t.Errorf("trial %d: %s served token %d for a request sent before the fault", trial, s.From, s.Gated.Token)
 		}
-		t.Logf("trial %2d: %s of %s (token %d): key deleted after %v, %s served token %d after %v",
-			trial, sigName(sig), leader, token, del.Round(time.Millisecond), s.From, s.Gated.Token, d.Round(time.Millisecond))
+		deletion := ""
+		if cli != nil {
+			deletion = fmt.Sprintf("key deleted after %v, ", del.Round(time.Millisecond))
+		}
+		t.Logf("trial %2d: %s of %s (token %d): %s%s served token %d after %v",
+			trial, sigName(sig), leader, token, deletion, s.From, s.Gated.Token, d.Round(time.Millisecond))
 
 		// Replace the dead instance, so that every trial starts with three.
 		i := slices.Index(fleet, leader)
 		fleet[i] = StartInstance(t, fmt.Sprintf("c%d", spawned), cfg)
 		spawned++
 	}
-	t.Logf("RESULT %s ttl %v, %d trials: first gated 200 from the new leader after the signal: %s; key deleted in etcd after: %s",
-		sigName(sig), ttl, trials, summary(took), summary(deleted))
+	t.Logf("RESULT %s ttl %v, %d trials on %s: first gated 200 from the new leader after the signal: %s",
+		sigName(sig), ttl, trials, *benchStore, summary(took))
+	if len(deleted) > 0 {
+		t.Logf("RESULT %s ttl %v: key deleted in etcd after: %s", sigName(sig), ttl, summary(deleted))
+	}
 	if sig == syscall.SIGTERM {
 		t.Logf("RESULT %s ttl %v: the old process had exited within: %s", sigName(sig), ttl, summary(exited))
 		for _, msg := range shutdownSteps {

@@ -163,6 +163,17 @@ func (b *recordingBackend) log() []arrival {
 	return append([]arrival(nil), b.arrivals...)
 }
 
+// since is the log of the requests that arrived at from or later.
+func (b *recordingBackend) since(from time.Time) []arrival {
+	var out []arrival
+	for _, a := range b.log() {
+		if !a.At.Before(from) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // outcome is what one client request of a load run ended with.
 type outcome struct {
 	ReqID      string

@@ -278,6 +278,16 @@ func (r safetyReport) row() string {
 		errs, r.Notes)
 }
 
+// safetyTable renders reports as the results table, after a newline.
+func safetyTable(reports []safetyReport) string {
+	var b strings.Builder
+	b.WriteString("\n" + safetyTableHeader + "\n")
+	for _, r := range reports {
+		b.WriteString(r.row() + "\n")
+	}
+	return b.String()
+}
+
 const safetyTableHeader = "| scenario | terms (instance:token) | wrong token | stale arrivals | double leadership | old leader admitted until | longest time with no request served | first request of the new term | client errors | notes |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|"
 

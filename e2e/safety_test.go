@@ -76,12 +76,19 @@ func startSafetyEnv(t *testing.T, change func(*Config)) *safetyEnv {
 	if change != nil {
 		change(&env.cfg)
 	}
-	env.fleet = StartFleet(t, safetyInstances, env.cfg)
+	env.launch(t, safetyInstances)
+	return env
+}
+
+// launch starts a fleet of n with env.cfg, waits for its leader, and makes the clients'
+// HTTP client.
+func (env *safetyEnv) launch(t *testing.T, n int) {
+	t.Helper()
+	env.fleet = StartFleet(t, n, env.cfg)
 	env.leader, env.token = WaitStableLeader(t, env.fleet, electTimeout)
 	transport := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}
 	t.Cleanup(transport.CloseIdleConnections)
 	env.client = &http.Client{Transport: transport, Timeout: safetyClientTimeout}
-	return env
 }
 
 // cut blackholes every link of in to etcd; heal undoes cut and delay.
@@ -168,9 +175,13 @@ const (
 )
 
 type safetyScenario struct {
-	name   string
-	load   time.Duration // how long the clients send, from safetyWarmup before the fault
-	frozen bool          // the old leader is frozen: it may be frozen mid-request
+	name string
+	load time.Duration // how long the clients send, from the warmup before the fault
+	// warmup is how long the clients send before the fault; 0 means safetyWarmup.
+	warmup time.Duration
+	// rate is the clients' requests per second; 0 means safetyRate.
+	rate   int
+	frozen bool // the old leader is frozen: it may be frozen mid-request
 	// renews: the fault slows the leader's links without cutting them, so renewals sent
 	// after it can still succeed and move its lease deadline on; its last admission is then
 	// not bounded by ttl after the fault (double admission is still checked).
@@ -340,16 +351,29 @@ func delayFault(d time.Duration) func(s *scenarioRun) {
 }
 
 func runScenario(t *testing.T, sc safetyScenario) safetyReport {
-	env := startSafetyEnv(t, sc.config)
+	return runScenarioOn(t, startSafetyEnv(t, sc.config), sc)
+}
+
+// runScenarioOn runs sc on env, whose fleet may have been through scenarios before: only
+// the backend's arrivals from this scenario's load on are checked. It leaves env.leader
+// and env.token at the leader the survivors agree on at the end.
+func runScenarioOn(t *testing.T, env *safetyEnv, sc safetyScenario) safetyReport {
+	warmup, rate := sc.warmup, sc.rate
+	if warmup == 0 {
+		warmup = safetyWarmup
+	}
+	if rate == 0 {
+		rate = safetyRate
+	}
 	s := &scenarioRun{safetyEnv: env, survivors: env.fleet, marks: map[string]time.Time{}}
 	s.load = newLoadRun(env.fleet, env.client)
 	loadStart := time.Now()
 	loaded := make(chan struct{})
 	go func() {
 		defer close(loaded)
-		s.load.run(safetyRate, sc.load)
+		s.load.run(rate, sc.load)
 	}()
-	time.Sleep(safetyWarmup)
+	time.Sleep(warmup)
 	s.faultAt = time.Now()
 	if sc.fault != nil {
 		sc.fault(s)
@@ -362,7 +386,7 @@ func runScenario(t *testing.T, sc safetyScenario) safetyReport {
 	loadEnd := loadStart.Add(sc.load)
 
 	results := append(append([]outcome(nil), s.load.results...), s.extra...)
-	rep := checkSafety(sc.name, results, env.backend.log(), env.token, s.faultAt, loadEnd)
+	rep := checkSafety(sc.name, results, env.backend.since(loadStart), env.token, s.faultAt, loadEnd)
 	rep.Frozen = sc.frozen
 	rep.Renews = sc.renews
 	if rep.Notes == "" {
@@ -377,7 +401,8 @@ func runScenario(t *testing.T, sc safetyScenario) safetyReport {
 	}
 
 	// Whatever happened, the fleet must end up with one leader that all agree on.
-	WaitStableLeader(t, s.survivors, recoverTimeout)
+	env.leader, env.token = WaitStableLeader(t, s.survivors, recoverTimeout)
+	env.fleet = s.survivors
 	return rep
 }
 

@@ -109,8 +109,10 @@ func changed(base elector.Observation, baseRev int64, r reading) bool {
 	case base.Holder == nil || h == nil:
 		return (base.Holder == nil) != (h == nil)
 	case baseRev == -1:
-		// Known only from Campaign or Observe: compare what they told.
-		return h.Token != base.Holder.Token || h.Lease != base.Holder.Lease || string(h.Value) != string(base.Holder.Value)
+		// Known only from Campaign or Observe, which do not tell the row's revision: an
+		// Update since (a heartbeat rewrites the same value) cannot be told from no change,
+		// so the read is reported, and the watch has a row revision to compare from then on.
+		return true
 	default:
 		return h.Token != base.Holder.Token || h.Lease != base.Holder.Lease || r.rowRev != baseRev
 	}

@@ -30,7 +30,9 @@ const (
 type demo struct {
 	mode                         mode
 	ci                           bool
-	interactive                  bool // prompts wait for Enter only where someone can press it
+	store                        string // etcd or postgres
+	config                       string // the Caddyfile the instances run
+	interactive                  bool   // prompts wait for Enter only where someone can press it
 	bold, green, red, dim, reset string
 
 	ttl       time.Duration // read from demo/Caddyfile, so that the checks follow the config
@@ -51,19 +53,26 @@ type demo struct {
 	stepName string
 	checking bool // false while exploring by hand: then a surprise is only reported
 
-	mu      sync.Mutex // guards what the cleanup on a signal reads
-	node    [nodeCount + 1]*fleet.Process
-	etcd    *fleet.Process
-	writer  *writer
-	failed  bool
-	closing sync.Once
+	mu        sync.Mutex // guards what the cleanup on a signal reads
+	node      [nodeCount + 1]*fleet.Process
+	etcd      *fleet.Process
+	pg        *postgres // with --store postgres
+	pgStarted bool      // pg_ctl start has been run: exit stops it
+	writer    *writer
+	failed    bool
+	closing   sync.Once
 }
 
-func newDemo(m mode, ci bool) *demo {
-	d := &demo{mode: m, ci: ci, checking: true, client: fleet.NewClient(false)}
-	for _, bin := range []string{caddyBin, etcdBin} {
+func newDemo(m mode, ci bool, store string) *demo {
+	d := &demo{mode: m, ci: ci, store: store, config: caddyfile, checking: true, client: fleet.NewClient(false)}
+	bins := []string{caddyBin, etcdBin}
+	if store == "postgres" {
+		bins = bins[:1]
+		d.pg = newPostgres()
+	}
+	for _, bin := range bins {
 		if fi, err := os.Stat(bin); err != nil || fi.Mode()&0o111 == 0 {
-			die("./caddy or ./etcd-local is missing: run it as ./xcaddy.sh demo, which builds them")
+			die(bin + " is missing: run it as ./xcaddy.sh demo, which builds it")
 		}
 	}
 	if !ci && terminal(os.Stdout) && os.Getenv("NO_COLOR") == "" {
@@ -79,6 +88,10 @@ func newDemo(m mode, ci bool) *demo {
 	d.tmp, d.logs = tmp, filepath.Join(tmp, "logs")
 	if err := os.MkdirAll(d.logs, 0o700); err != nil {
 		die("cannot create a temporary directory")
+	}
+	if d.pg != nil {
+		d.pg.port = d.etcdPort
+		d.config = d.postgresCaddyfile()
 	}
 	return d
 }
@@ -302,9 +315,13 @@ func (d *demo) exit(code int) {
 		if d.etcd != nil {
 			stopAll([]*fleet.Process{d.etcd})
 		}
+		if d.pgStarted {
+			d.pg.stop()
+		}
 		if d.tmp != "" {
 			if d.failed {
 				os.RemoveAll(filepath.Join(d.tmp, "etcd"))
+				os.RemoveAll(filepath.Join(d.tmp, "postgres"))
 				for i := 1; i <= nodeCount; i++ {
 					os.RemoveAll(filepath.Join(d.tmp, fmt.Sprintf("node-%d", i)))
 				}

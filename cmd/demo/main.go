@@ -1,7 +1,8 @@
-// Command demo is the walkthrough behind `./xcaddy.sh demo`: one local etcd and three Caddy
-// instances on 127.0.0.1, each serving demo/Caddyfile, then a graceful handover, a crash
-// and a restart, each one timed and checked. xcaddy.sh builds ./caddy and ./etcd-local
-// first and then runs it from the repository root; run it through xcaddy.sh.
+// Command demo is the walkthrough behind `./xcaddy.sh demo`: one local etcd (or, with
+// --store postgres, one local PostgreSQL server) and three Caddy instances on 127.0.0.1,
+// each serving demo/Caddyfile, then a graceful handover, a crash and a restart, each one
+// timed and checked. xcaddy.sh builds ./caddy and ./etcd-local first and then runs it from
+// the repository root; run it through xcaddy.sh.
 //
 // Everything it starts lives in one temporary directory (configs, data, logs) and is
 // stopped and removed on exit, Ctrl-C included. Every wait is bounded.
@@ -11,13 +12,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
-const usage = `Usage: ./xcaddy.sh demo [--keep | --manual | --ci]
+const usage = `Usage: ./xcaddy.sh demo [--keep | --manual | --ci] [--store etcd|postgres]
 
-Starts a single-member etcd and three Caddy instances (node-1, node-2, node-3) on
-127.0.0.1, each gating the site in demo/Caddyfile, then walks through:
+Starts a single-member etcd (or a PostgreSQL server) and three Caddy instances (node-1,
+node-2, node-3) on 127.0.0.1, each gating the site in demo/Caddyfile, then walks through:
   1. electing a leader          4. a crash of the new leader (SIGKILL), timed
   2. requests to all three      5. restarting both: they rejoin as followers
   3. a graceful stop of the leader (SIGTERM), timed
@@ -28,11 +30,16 @@ Options:
   --manual  skip the walkthrough: start everything and explore by hand
   --ci      no terminal needed: no prompts, no colors; check every step and exit
             non-zero, naming the step, if one fails
+  --store postgres
+            elect through PostgreSQL instead of etcd: a server of the installed
+            PostgreSQL (initdb, pg_ctl; e.g. apt-get install postgresql) in the
+            temporary directory, with demo/Caddyfile's endpoints replaced by
+            'store postgres { dsn ... }' (see docs/postgres.md)
 
 Environment:
   DEMO_PORT_BASE  first of the ports to use (default: 18080, or the next free block
                   of 100 above it): HTTP base..base+2, admin base+10..base+12,
-                  etcd base+20 and base+21
+                  etcd base+20 and base+21 (PostgreSQL base+20)
   NO_COLOR        set to turn colors off
 `
 
@@ -45,30 +52,64 @@ const (
 	manual             // explore by hand only
 )
 
-func main() {
-	m, ci := walk, false
-	for _, arg := range os.Args[1:] {
+// options is what the command line asks for.
+type options struct {
+	mode  mode
+	ci    bool
+	store string // etcd or postgres
+	help  bool
+}
+
+// parseArgs reads the command line (without the program's name); the error is the message
+// to print before exiting with status 2.
+func parseArgs(args []string) (options, error) {
+	o := options{mode: walk, store: "etcd"}
+	for len(args) > 0 {
+		arg := args[0]
+		args = args[1:]
+		if v, ok := strings.CutPrefix(arg, "--store="); ok {
+			arg, args = "--store", append([]string{v}, args...)
+		}
 		switch arg {
+		case "--store":
+			if len(args) == 0 {
+				return o, fmt.Errorf("--store needs a value: etcd or postgres")
+			}
+			o.store, args = args[0], args[1:]
+			if o.store != "etcd" && o.store != "postgres" {
+				return o, fmt.Errorf("--store %q: use etcd or postgres", o.store)
+			}
 		case "--ci":
-			ci = true
+			o.ci = true
 		case "--keep":
-			m = keep
+			o.mode = keep
 		case "--manual":
-			m = manual
+			o.mode = manual
 		case "-h", "--help", "help":
-			fmt.Print(usage)
-			return
+			o.help = true
+			return o, nil
 		default:
-			fmt.Fprintf(os.Stderr, "demo: unknown option %q (see ./xcaddy.sh demo --help)\n", arg)
-			os.Exit(2)
+			return o, fmt.Errorf("unknown option %q (see ./xcaddy.sh demo --help)", arg)
 		}
 	}
-	if ci && m != walk {
-		fmt.Fprintln(os.Stderr, "demo: --ci runs the walkthrough unattended; it does not go with --keep or --manual")
+	if o.ci && o.mode != walk {
+		return o, fmt.Errorf("--ci runs the walkthrough unattended; it does not go with --keep or --manual")
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseArgs(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(2)
 	}
+	if o.help {
+		fmt.Print(usage)
+		return
+	}
 
-	d := newDemo(m, ci)
+	d := newDemo(o.mode, o.ci, o.store)
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
 	go func() {

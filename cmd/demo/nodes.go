@@ -57,7 +57,7 @@ func (d *demo) startNode(i int) {
 	)
 	p, err := fleet.StartProcess(fleet.ProcessSpec{
 		Path:    caddyBin,
-		Args:    []string{"run", "--config", caddyfile, "--adapter", "caddyfile"},
+		Args:    []string{"run", "--config", d.config, "--adapter", "caddyfile"},
 		Env:     env,
 		LogPath: log,
 	})

@@ -11,10 +11,9 @@ import (
 
 // run starts everything and walks through the steps, or goes straight to exploring.
 func (d *demo) run() {
-	d.say(fmt.Sprintf("%scaddy-leader demo%s: a local etcd and three Caddy instances on %s, ttl %ds.", d.bold, d.reset, host, int(d.ttl.Seconds())))
-	d.note(fmt.Sprintf("config %s, temporary files in %s", caddyfile, d.tmp))
-	d.startEtcd()
-	d.note(fmt.Sprintf("etcd    %s:%d  (pid %d)", host, d.etcdPort, d.etcd.Pid()))
+	d.say(fmt.Sprintf("%scaddy-leader demo%s: a local %s and three Caddy instances on %s, ttl %ds.", d.bold, d.reset, d.storeName(), host, int(d.ttl.Seconds())))
+	d.note(fmt.Sprintf("config %s, temporary files in %s", d.config, d.tmp))
+	d.startStore()
 	for i := 1; i <= nodeCount; i++ {
 		d.startNode(i)
 		d.note(fmt.Sprintf("node-%d  http://%s:%d  admin %s:%d  (pid %d)  log %s",
@@ -43,7 +42,7 @@ func (d *demo) walk() {
 	d.step("Elect a leader")
 	leader, views := d.waitLeader(15 * time.Second)
 	if leader == 0 {
-		d.fail(fmt.Sprintf("no single leader that every instance names within 15s: %s", summaryLine(views)), "etcd", "node-1", "node-2", "node-3")
+		d.fail(fmt.Sprintf("no single leader that every instance names within 15s: %s", summaryLine(views)), d.store, "node-1", "node-2", "node-3")
 	}
 	d.describe(views)
 	d.ok(fmt.Sprintf("exactly one leader, node-%d; both followers name it", leader))
@@ -106,7 +105,7 @@ func (d *demo) walk() {
 	time.Sleep(300 * time.Millisecond)
 	ws = d.stopWrites(w)
 	if taker == 0 {
-		d.fail(fmt.Sprintf("no other instance led within %d ms of SIGKILL to node-%d", within.Milliseconds(), crashed), nodeName(crashed), nodeName(rest[0]), "etcd")
+		d.fail(fmt.Sprintf("no other instance led within %d ms of SIGKILL to node-%d", within.Milliseconds(), crashed), nodeName(crashed), nodeName(rest[0]), d.store)
 	}
 	d.note(fmt.Sprintf("node-%d leads %s after the crash.", taker, fmtMS(failover)))
 	d.note(fmt.Sprintf("Writes sent to node-%d meanwhile: %d, answered 200: %d (accepted by %s).", rest[0], ws.sent, ws.ok, orNobody(ws.by)))

@@ -20,6 +20,10 @@ type Config struct {
 	// Store, when set, is the leader app's store module (`{"module": "postgres", ...}`),
 	// which replaces Endpoints.
 	Store map[string]any
+	// InstanceStore, where it has an entry for an instance's id, replaces Store for that
+	// instance: each instance can reach the database through a proxy of its own, under an
+	// application_name of its own.
+	InstanceStore map[string]map[string]any
 	// InstanceEndpoints, where it has an entry for an instance's id, replaces Endpoints for
 	// that instance: each instance can reach etcd through proxies of its own.
 	InstanceEndpoints map[string][]string
@@ -121,9 +125,13 @@ func (c Config) JSON(in *Instance) []byte {
 		"instance_id": in.ID,
 		"advertise":   in.URL(),
 	}
-	if c.Store != nil {
+	store := c.Store
+	if s, ok := c.InstanceStore[in.ID]; ok {
+		store = s
+	}
+	if store != nil {
 		delete(leaderApp, "endpoints")
-		leaderApp["store"] = c.Store
+		leaderApp["store"] = store
 	}
 	if c.DrainTimeout != "" {
 		leaderApp["drain_timeout"] = c.DrainTimeout

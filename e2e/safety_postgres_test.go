@@ -1,0 +1,125 @@
+//go:build unix
+
+package e2e
+
+// TestSafetyPostgres is TestSafety's checker on the PostgreSQL store, in every follower
+// mode:
+//
+//	go test -count=1 -v -run TestSafetyPostgres ./e2e/
+//
+// To keep it short, one PostgreSQL server serves all three modes (a table prefix each),
+// and each mode runs one fleet of four Caddy processes through the faults in turn, each
+// striking the leader of the moment: the faults that leave the victim running come first,
+// SIGTERM and SIGKILL last. Each instance reaches the database through a fault proxy of its
+// own, under an application_name of its own. Only each fault's own arrivals are checked.
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/caddyleader/caddy-leader/internal/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/pgtest"
+)
+
+const (
+	// pgSafetyInstances is each mode's fleet: four, so that two are left after SIGTERM
+	// and SIGKILL have each taken one.
+	pgSafetyInstances = 4
+	// pgSafetyRate is the clients' requests per second: lower than TestSafety's, as
+	// three modes run one after the other.
+	pgSafetyRate = 60
+	// pgSafetyWarmup is how long the clients send before each fault.
+	pgSafetyWarmup = 700 * time.Millisecond
+)
+
+func TestSafetyPostgres(t *testing.T) {
+	needCaddy(t)
+	started := time.Now()
+	server := pgtest.Start(t)
+	var reports []safetyReport
+	defer func() {
+		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safetyTable(reports))
+	}()
+	for _, mode := range []string{"reject", "redirect", "forward"} {
+		t.Run(mode, func(t *testing.T) {
+			env := startPGSafetyEnv(t, server, mode)
+			for _, sc := range pgSafetyScenarios(server, mode) {
+				sc.name = mode + "_" + sc.name
+				if !t.Run(sc.name, func(t *testing.T) {
+					env.t = t
+					reports = append(reports, runScenarioOn(t, env, sc))
+				}) {
+					return // the fleet's state is unknown: the next faults would tell nothing
+				}
+			}
+		})
+	}
+}
+
+// startPGSafetyEnv starts mode's fleet on server, each instance through a fault proxy of
+// its own, and waits for a leader.
+func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode string) *safetyEnv {
+	t.Helper()
+	env := &safetyEnv{t: t, backend: startBackend(t), links: map[string][]*faultproxy.Proxy{}}
+	env.cfg = Config{Follower: mode, Backend: env.backend.srv.URL, InstanceStore: map[string]map[string]any{}}
+	for i := range pgSafetyInstances {
+		id := fmt.Sprintf("c%d", i) // StartFleet's ids
+		p, err := faultproxy.New(server.Addr())
+		if err != nil {
+			t.Fatalf("fault proxy %s -> PostgreSQL: %v", id, err)
+		}
+		t.Cleanup(func() { p.Close() })
+		env.links[id] = []*faultproxy.Proxy{p}
+		env.cfg.InstanceStore[id] = map[string]any{
+			"module":       "postgres",
+			"dsn":          fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=%s", pgtest.Superuser, p.Addr(), pgAppName(mode, id)),
+			"table_prefix": "safety_" + mode + "_",
+		}
+	}
+	env.launch(t, pgSafetyInstances)
+	return env
+}
+
+// pgAppName is instance id's application_name in mode's fleet.
+func pgAppName(mode, id string) string { return "safety-" + mode + "-" + id }
+
+// pgSafetyScenarios are the faults, in the order one fleet goes through them.
+func pgSafetyScenarios(server *pgtest.Server, mode string) []safetyScenario {
+	base := []safetyScenario{
+		{name: "pg_terminate_backend_of_the_leader", load: 3 * time.Second, change: mayChange, fault: func(s *scenarioRun) {
+			n := server.QueryInt(s.t, fmt.Sprintf(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE application_name = '%s'`, pgAppName(mode, s.leader.ID)))
+			if n == 0 {
+				s.t.Fatalf("leader %s had no connection to terminate", s.leader)
+			}
+			s.notes = append(s.notes, fmt.Sprintf("%d backends terminated", n))
+		}},
+		{name: "election_row_deleted_by_hand", load: 3 * time.Second, change: mustChange, fault: func(s *scenarioRun) {
+			n := server.QueryInt(s.t, fmt.Sprintf(`WITH d AS (DELETE FROM safety_%s_elections WHERE name = 'default' RETURNING 1)
+				SELECT count(*) FROM d`, mode))
+			if n != 1 {
+				s.t.Fatalf("delete the election row: %d rows deleted, want 1", n)
+			}
+		}},
+		{name: "leader_cut_off_from_postgres_2ttl", load: 6 * time.Second, change: mustChange, fault: func(s *scenarioRun) {
+			s.cut(s.leader)
+			time.Sleep(2 * ttl)
+			s.heal(s.leader)
+		}},
+		{name: "sigstop_leader_2ttl_then_sigcont", load: 7 * time.Second, frozen: true, change: mustChange, fault: sigstopFault},
+		{name: "sigterm_leader", load: 3 * time.Second, change: mustChange, noErrors: mode == "forward", fault: func(s *scenarioRun) {
+			s.survivors = others(s.fleet, s.leader)
+			s.load.markDown(s.leader)
+			s.leader.Term()
+		}},
+		{name: "sigkill_leader", load: 5 * time.Second, change: mustChange, fault: func(s *scenarioRun) {
+			s.survivors = others(s.fleet, s.leader)
+			s.leader.Kill()
+		}},
+	}
+	for i := range base {
+		base[i].warmup, base[i].rate = pgSafetyWarmup, pgSafetyRate
+	}
+	return base
+}
