@@ -291,16 +291,6 @@ func safetyTable(reports []safetyReport) string {
 const safetyTableHeader = "| scenario | terms (instance:token) | wrong token | stale arrivals | double leadership | old leader admitted until | longest time with no request served | first request of the new term | client errors | notes |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|"
 
-// safetyTable renders reports as the results table, header first.
-func safetyTable(reports []safetyReport) string {
-	var b strings.Builder
-	b.WriteString("\n" + safetyTableHeader + "\n")
-	for _, r := range reports {
-		b.WriteString(r.row() + "\n")
-	}
-	return b.String()
-}
-
 // fmtStatuses renders counts by status as "503×12, no answer×1", with 200 only if ok.
 func fmtStatuses(counts map[int]int, ok bool) string {
 	var parts []string
