@@ -78,9 +78,12 @@ type keyEvents struct {
 	deleted, created time.Time
 }
 
+// watchKey records key's first delete and create from now on. It returns once etcd has
+// registered the watch, so that no event after the call is missed.
 func watchKey(ctx context.Context, cli *clientv3.Client, key string) *keyEvents {
 	ev := &keyEvents{}
-	ch := cli.Watch(ctx, key)
+	ch := cli.Watch(ctx, key, clientv3.WithCreatedNotify())
+	<-ch // the created notification (or the channel closed with ctx)
 	go func() {
 		for resp := range ch {
 			now := time.Now()
@@ -127,7 +130,6 @@ func benchFailover(t *testing.T, sig syscall.Signal, ttl time.Duration, trials i
 		ev := &keyEvents{}
 		if cli != nil {
 			ev = watchKey(ctx, cli, "/caddy-leader/default")
-			time.Sleep(10 * time.Millisecond) // let the watch register before the fault
 		}
 		fault := time.Now()
 		leader.signal(sig)

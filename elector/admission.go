@@ -37,7 +37,7 @@ func (e *Election) Enter() (*Term, bool) {
 func (e *Election) EnterForwarded(token int64) (*Term, bool) {
 	e.inflight.Add(1)
 	t := e.term.Load()
-	if t.lease != nil && t.Token == token && !t.Settling && !t.Releasing && t.inTime(e.c.now()) {
+	if t.Token == token && t.open(e.c.now()) {
 		if t.Draining {
 			e.lastForwarded.Store(time.Now().UnixNano())
 		}

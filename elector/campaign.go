@@ -45,15 +45,17 @@ func (e *Election) run(ctx context.Context) {
 // this candidate never campaigns (priority 0). A candidate of lower priority yields first
 // (see yieldToHigher). It reports whether it only looked because of a hold-off.
 func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error) {
-	if obs, held := e.yieldToHigher(ctx); held {
-		return obs, false, nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
-	defer cancel()
 	if _, held := e.heldOff(); held || e.c.Priority() == 0 {
+		rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+		defer cancel()
 		obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
 		return obs, held, err
 	}
+	if obs, taken := e.yieldToHigher(ctx); taken {
+		return obs, false, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout) // after the yield, which may wait
+	defer cancel()
 	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
 	e.mu.Lock()
 	e.campaign.rec, e.campaign.sent = rec, e.c.now()

@@ -31,8 +31,9 @@ func (e *Election) writeRecord(ctx context.Context, t *Term) (bool, error) {
 func (e *Election) keepBeating(t *Term) {
 	l := t.lease
 	next := l.renewalSent()
+	failed := false
 	for {
-		if t.beat.valid(e.c.now()) {
+		if failed || t.beat.valid(e.c.now()) {
 			select {
 			case <-t.end.Done():
 				return
@@ -47,17 +48,10 @@ func (e *Election) keepBeating(t *Term) {
 		case t.end.Err() != nil:
 			return
 		case err != nil:
-			e.c.storeFailed("heartbeat", err)
-			select { // not at once again: with the next renewal
-			case <-t.end.Done():
-				return
-			case <-l.lost:
-				return
-			case <-next:
-				next = l.renewalSent()
-			}
+			e.c.storeFailed("heartbeat", err) // tried again with the next renewal
 		case !ok:
 			return // the key is no longer this term's: the watch tells the loop
 		}
+		failed = err != nil
 	}
 }

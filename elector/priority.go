@@ -66,16 +66,14 @@ func priorityStep(ttl time.Duration) time.Duration {
 	return min(max(ttl/4, 100*time.Millisecond), time.Second)
 }
 
-// yieldToHigher is called before a campaign. If the registry lists live, healthy candidates
+// yieldToHigher is called before a campaign by a candidate that is free to campaign (not
+// held off, priority above 0). If the registry lists live, healthy candidates
 // of higher priority than this one and the key is vacant, it waits a step for each of them,
 // and returns false so that the campaign goes ahead (one of them most likely holds the key by
 // then, and the campaign only reads it). It returns an observation and true when it found the
 // key held: no campaign is needed. Any store error lets the campaign go ahead at once.
 func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	mine := e.c.prio.rank.Load()
-	if _, held := e.heldOff(); held || mine == 0 {
-		return Observation{}, false
-	}
 	list, err := e.Candidates(ctx)
 	if err != nil {
 		return Observation{}, false

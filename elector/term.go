@@ -103,16 +103,17 @@ var ended = func() context.Context {
 func (t *Term) Holds() bool { return t.lease != nil }
 
 // Leading reports whether this instance may act as leader at now: it holds the key, is not
-// handing it over, and its lease deadline and heartbeat deadline are ahead on both clocks. This is the check every
-// gated request passes through.
+// handing it over, and its lease deadline and heartbeat deadline are ahead on both clocks.
+// This is the check every gated request passes through.
 func (t *Term) Leading(now time.Time) bool {
-	return t.lease != nil && !t.Draining && !t.Settling && !t.Releasing && t.inTime(now)
+	return !t.Draining && t.open(now)
 }
 
-// inTime reports whether both of the held term's deadlines are ahead at now: its lease's,
-// and the one its last heartbeat gave it.
-func (t *Term) inTime(now time.Time) bool {
-	return t.lease.valid(now) && t.beat.valid(now)
+// open reports whether the term admits anything at now, forwarded requests included: this
+// instance holds the key, the term has settled and its release has not begun, and both of
+// its deadlines are ahead (its lease's, and the one its last heartbeat gave it).
+func (t *Term) open(now time.Time) bool {
+	return t.lease != nil && !t.Settling && !t.Releasing && t.lease.valid(now) && t.beat.valid(now)
 }
 
 // LeaderKnown reports whether some instance (perhaps this one) is known to hold the key.
