@@ -178,6 +178,14 @@ func TestLeaderCommand(t *testing.T) {
 		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", "peer2"); err != nil {
 			t.Fatal(err)
 		}
+		// The transfer returns once cmd-node has let go; the peer's term counts once it
+		// admits (it has settled, and it records the term it ended then).
+		for deadline := time.Now().Add(10 * time.Second); !peer[0].Term().Leading(time.Now()); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the peer never led after the transfer: %+v", peer[0].Term())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		second := peer[0].Term().Token
 		if err := peerCand.Close(t.Context()); err != nil {
 			t.Fatal(err)
