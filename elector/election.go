@@ -69,8 +69,9 @@ type Election struct {
 	// completes it, and the intent is then cleared so that the others campaign again.
 	transferHere bool
 
-	// other is the newest term held by another instance, for the history (see history.go).
-	other lastOther
+	// other is the newest term held by another instance, and ownPast the newest of this
+	// instance's that ended, for the history (see history.go).
+	other, ownPast lastOther
 
 	// announced is the lease under which this candidate last announced itself, and
 	// announcedValue what it announced (campaign loop only).

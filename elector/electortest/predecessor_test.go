@@ -149,3 +149,22 @@ func startMember(t *testing.T, s *electortest.Store, id string) *electortest.Mem
 	})
 	return m
 }
+
+// TestHistoryRecordsATermNobodyElseFollowed: a leader that resigns with nobody else to take
+// over records its own ended term when it wins again.
+func TestHistoryRecordsATermNobodyElseFollowed(t *testing.T) {
+	f, _ := fakeFleet(t, 1)
+	m, token := f.Leader(within)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := m.Election.Resign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Await("the same instance leading a new term", within, func() bool {
+		return m.Leading() && m.Election.Term().Token > token
+	})
+	f.Await("the resigned term in the history", within, func() bool {
+		h, err := m.Election.History(ctx)
+		return err == nil && len(h) == 1 && h[0].Token == token && h[0].Leader == m.ID && h[0].Ended == elector.EndedHandedOver
+	})
+}
