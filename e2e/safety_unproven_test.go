@@ -3,11 +3,13 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/caddyleader/caddy-leader/internal/fleet"
 	"github.com/caddyleader/caddy-leader/internal/pgtest"
 )
 
@@ -140,7 +142,10 @@ func unprovenScenarios(store unprovenStore) []safetyScenario {
 					to = in.ID
 				}
 			}
-			resp, err := w.admin(http.MethodPost, path(to), nil)
+			// The answer comes once the handover is done, which waits for the cut-off
+			// leader's deadline.
+			resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost,
+				fmt.Sprintf("http://127.0.0.1:%d%s", w.AdminPort, path(to)), nil, 3*ttl)
 			if err != nil || resp.Status != http.StatusOK {
 				s.t.Errorf("POST %s to the waiting winner %s: %v %d %s", path(to), w, err, resp.Status, resp.Body)
 			}
