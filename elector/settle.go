@@ -57,6 +57,11 @@ func unseenStoppedBy(now time.Time, ttl time.Duration) time.Time {
 // off, or lost its lease to an operator before it could say it stopped).
 const ReasonPredecessorTimedOut = "elected; the previous leader's deadline passed"
 
+// ReasonUnseenWaitedOut is the reason of a Term that began admitting once a TTL had passed
+// since it found the key vacant, because it could not name or hear from the term before it
+// (a fleet starting cold, a store gone back in time).
+const ReasonUnseenWaitedOut = "elected; waited a ttl for any earlier term it could not see"
+
 // predecessor is what a term of this instance must know before it admits: that every term
 // before it has stopped admitting. It is proven when the term before it acknowledged its
 // end (Released), or once stoppedBy has passed on this host's clocks. A term that ends
@@ -127,7 +132,13 @@ func (p *predecessor) wait(ctx context.Context, now func() time.Time) bool {
 // found vacant. e.mu is held.
 func (e *Election) predecessorLocked(token int64, o Observation, now time.Time, ttl time.Duration) *predecessor {
 	seen, own := e.prev, e.own
+	seenOther := seen.token != 0 && seen.token != token && !e.c.own(seen.lease)
 	switch {
+	case o.Prev != 0 && seenOther && o.Prev != seen.token:
+		// The store names another term than the last one seen: one came and went unseen
+		// (a newer Prev), or the store went back in time (an older one, whose old
+		// acknowledgement proves nothing of the term seen). Wait both out.
+		return newPredecessor(0, unseenStoppedBy(now, ttl))
 	case o.Prev != 0 && o.Prev == own.token, o.Prev == 0 && seen.token == 0 && own.token != 0 && own.lastSeen:
 		// This instance's own term came last: it stopped admitting before it campaigned
 		// again, but what that term still waited for, this one waits for too.
@@ -135,11 +146,10 @@ func (e *Election) predecessorLocked(token int64, o Observation, now time.Time, 
 			return own.pred
 		}
 		return provenPredecessor
-	case o.Prev != 0 && o.Prev == seen.token, o.Prev == 0 && seen.token != 0 && seen.token != token:
-		if e.c.own(seen.lease) {
-			return provenPredecessor
-		}
+	case seenOther:
 		return newPredecessor(seen.token, seen.stoppedBy(now, ttl))
+	case seen.token != 0 && seen.token != token && (o.Prev == 0 || o.Prev == seen.token):
+		return provenPredecessor // a term under this candidate's own lease
 	default:
 		// Never seen: ask for its acknowledgement (a clean shutdown leaves one), and
 		// otherwise wait it out.
@@ -176,6 +186,9 @@ func (e *Election) settle(token int64, p *predecessor) {
 		reason := "elected"
 		if !released && !e.c.now().Before(p.stoppedBy) {
 			released, err, reason = true, nil, ReasonPredecessorTimedOut
+			if p.token == 0 {
+				reason = ReasonUnseenWaitedOut
+			}
 		}
 		if released {
 			p.prove()
