@@ -207,6 +207,54 @@ type Client struct {
 	mu     sync.Mutex
 	closed bool
 	down   error
+	fail   map[string]opFailure // method name -> how its calls fail
+}
+
+// opFailure makes the next n calls of one method fail with err (every call while n < 0).
+type opFailure struct {
+	n   int
+	err error
+}
+
+// Fail makes the next n calls of method op (its name, such as "Release" or "Update") fail
+// with err, without reaching the store, while every other request works: a request lost on
+// its way, or a store that refuses one kind of write (a full disk refuses writes, not lease
+// renewals). n < 0 fails every call until Fail(op, 0, nil).
+func (c *Client) Fail(op string, n int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail == nil {
+		c.fail = make(map[string]opFailure)
+	}
+	c.fail[op] = opFailure{n: n, err: err}
+}
+
+// failing reports the error the next call of op fails with, if it does.
+func (c *Client) failing(op string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.fail[op]
+	if !ok || f.n == 0 {
+		return nil
+	}
+	if f.n > 0 {
+		f.n--
+		c.fail[op] = f
+	}
+	return f.err
+}
+
+// Restore puts the election's key back as h, as a store failover that lost the writes
+// since h was written would. It fails if h's lease is gone.
+func (s *Store) Restore(election string, h elector.Holder) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, alive := s.leases[h.Lease]; !alive {
+		return elector.ErrLeaseNotFound
+	}
+	s.keys[election] = &key{value: clone(h.Value), lease: h.Lease, token: h.Token}
+	s.writeLocked(election, &elector.Holder{Value: clone(h.Value), Lease: h.Lease, Token: h.Token})
+	return nil
 }
 
 // SetDown makes every request of this client fail with err (this candidate cut off from the
@@ -346,6 +394,9 @@ func (c *Client) Watch(ctx context.Context, election string, afterRev int64) <-c
 
 // Update implements elector.Backend.
 func (c *Client) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
+	if err := c.failing("Update"); err != nil {
+		return false, err
+	}
 	if err := c.lock(ctx); err != nil {
 		return false, err
 	}
@@ -406,6 +457,9 @@ func (c *Client) Released(ctx context.Context, election string, token int64, lea
 
 // Release implements elector.Backend.
 func (c *Client) Release(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+	if err := c.failing("Release"); err != nil {
+		return err
+	}
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
