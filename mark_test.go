@@ -234,7 +234,9 @@ func TestFailedReleaseLeavesTheTermClosed(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	const election = "mark-release"
-	// A long lease, so that it is still valid when the release has timed out.
+	// A long lease, so that it is still valid when the release has timed out; the
+	// election is primed so that the leader need not wait out that ttl as a first winner.
+	primeElection(t, cluster.Endpoints(), election)
 	leader := startInstance(t, []string{proxy.URL()}, "leader", election, 20*time.Second, false)
 	waitUntil(t, "the leader leads", func() bool { _, ok := leader.election.Check(); return ok })
 	follower := startInstance(t, cluster.Endpoints(), "follower", election, 3*time.Second, false)
