@@ -146,10 +146,14 @@ func (e *Election) predecessorLocked(token int64, o Observation, now time.Time, 
 			return own.pred
 		}
 		return provenPredecessor
+	case seenOther && o.PrevReleased:
+		return provenPredecessor // Prev is the term seen, and it acknowledged its end
 	case seenOther:
 		return newPredecessor(seen.token, seen.stoppedBy(now, ttl))
 	case seen.token != 0 && seen.token != token && (o.Prev == 0 || o.Prev == seen.token):
 		return provenPredecessor // a term under this candidate's own lease
+	case o.PrevReleased:
+		return provenPredecessor // never seen, but it acknowledged its end
 	default:
 		// Never seen: ask for its acknowledgement (a clean shutdown leaves one), and
 		// otherwise wait it out.

@@ -696,4 +696,12 @@ func campaignNamesPrev(t *testing.T, h *harness) {
 	}
 	third := h.win(a, la, "a")
 	check(third, second.Holder.Token, "a revoke")
+	// PrevReleased may stay false, but must not claim an acknowledgement that a revoke
+	// never wrote.
+	if third.PrevReleased {
+		t.Fatal("after a revoke: PrevReleased is set, but the revoked term never acknowledged its end")
+	}
+	if second.PrevReleased && second.Prev != first.Holder.Token {
+		t.Fatalf("PrevReleased set for Prev %d, not the released term %d", second.Prev, first.Holder.Token)
+	}
 }

@@ -335,6 +335,9 @@ func (c *Client) Campaign(ctx context.Context, election string, value []byte, le
 		c.s.writeLocked(election, &elector.Holder{Value: clone(value), Lease: lease, Token: k.token})
 		o := c.s.observationLocked(election)
 		o.Prev, c.s.lastTerm[election] = c.s.lastTerm[election], k.token
+		if expires, ok := c.s.acks[election][o.Prev]; ok && c.s.now.Before(expires) {
+			o.PrevReleased = true
+		}
 		return o, nil
 	}
 	return c.s.observationLocked(election), nil
