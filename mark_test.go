@@ -246,7 +246,7 @@ func TestFailedReleaseLeavesTheTermClosed(t *testing.T) {
 	finish := slowRequest(t, g)
 	resigned := make(chan error, 1)
 	go func() { resigned <- leader.election.Resign(context.Background(), time.Minute) }()
-	waitUntil(t, "the handover is announced", func() bool { return follower.election.Term().Leader.HandingOver })
+	waitUntil(t, "the handover is draining", func() bool { return leader.election.Term().Draining })
 
 	// The leader's link to etcd goes dark: its release cannot land, or its answer is lost.
 	proxy.Blackhole()
