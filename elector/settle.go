@@ -11,18 +11,32 @@ type observedTerm struct {
 	token int64
 	lease LeaseID
 	ttl   time.Duration // the TTL its record gave; zero if it gave none
-	// seen is when this instance last saw the term's key (a write of its holder), and
-	// vacated whether it then saw, through the watch, the key go away.
+	// seen is when this instance last saw the term's key (a write of its holder), at
+	// store revision rev, and vacated whether it then saw, through the watch, the key go
+	// away.
 	seen    time.Time
+	rev     int64
 	vacated bool
 }
 
-// saw notes an observation, at now, of the key held by h with record rec.
-func (p *observedTerm) saw(h *Holder, rec Record, now time.Time) {
+// saw notes an observation at store revision rev, at now, of the key held by h with
+// record rec.
+func (p *observedTerm) saw(h *Holder, rec Record, now time.Time, rev int64) {
 	if p.token != h.Token {
 		*p = observedTerm{token: h.Token, lease: h.Lease, ttl: rec.TTL}
 	}
-	p.seen, p.vacated = now, false
+	p.seen, p.rev, p.vacated = now, rev, false
+}
+
+// silentBy is when the holder has certainly stopped admitting if the write this instance
+// saw last (at rev) was its last: a heartbeat admits for beatWindow after it was sent, and
+// it was sent before it was seen.
+func (p observedTerm) silentBy(fallbackTTL time.Duration) time.Time {
+	ttl := p.ttl
+	if ttl <= 0 {
+		ttl = fallbackTTL
+	}
+	return p.seen.Add(beatWindow(ttl) + safetyMargin(ttl))
 }
 
 // stoppedBy is when the holder of the term has certainly stopped admitting, by this host's
@@ -37,11 +51,10 @@ func (p observedTerm) stoppedBy(now time.Time, fallbackTTL time.Duration) time.T
 	if ttl <= 0 {
 		ttl = fallbackTTL
 	}
-	from := now
 	if p.vacated {
-		from = p.seen
+		return p.silentBy(fallbackTTL)
 	}
-	return from.Add(beatWindow(ttl) + safetyMargin(ttl))
+	return now.Add(beatWindow(ttl) + safetyMargin(ttl))
 }
 
 // unseenStoppedBy is when every term that held the key before now, and that this instance

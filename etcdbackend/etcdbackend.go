@@ -510,6 +510,28 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 	return b.checked(at, resp.Header)
 }
 
+// Expire implements elector.Backend: one transaction that compares the key's create and mod
+// revisions.
+func (b *Backend) Expire(ctx context.Context, election string, token, rev int64) (bool, error) {
+	cli, err := b.client(ctx)
+	if err != nil {
+		return false, err
+	}
+	at := b.mark()
+	key := b.Key(election)
+	resp, err := cli.Txn(leaderCtx(ctx)).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token), clientv3.Compare(clientv3.ModRevision(key), "<", rev+1)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return false, b.describe(err)
+	}
+	if err := b.checked(at, resp.Header); err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
 // Close implements elector.Backend. It ends a connect in progress and waits for it.
 func (b *Backend) Close() error {
 	b.mu.Lock()

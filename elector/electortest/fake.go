@@ -40,6 +40,7 @@ type key struct {
 	value []byte
 	lease elector.LeaseID
 	token int64
+	rev   int64 // the revision of its last write
 }
 
 type leaseState struct {
@@ -119,6 +120,9 @@ func (s *Store) wakeLocked() {
 
 func (s *Store) writeLocked(election string, h *elector.Holder) {
 	s.rev++
+	if k, ok := s.keys[election]; ok && h != nil {
+		k.rev = s.rev
+	}
 	s.history[election] = append(s.history[election], elector.Observation{Revision: s.rev, Holder: h})
 	s.wakeLocked()
 }
@@ -456,6 +460,19 @@ func (c *Client) Released(ctx context.Context, election string, token int64, lea
 	}
 	_, alive := c.s.leases[lease]
 	return !alive, nil
+}
+
+// Expire implements elector.Backend.
+func (c *Client) Expire(ctx context.Context, election string, token, rev int64) (bool, error) {
+	if err := c.lock(ctx); err != nil {
+		return false, err
+	}
+	defer c.s.mu.Unlock()
+	if k, ok := c.s.keys[election]; !ok || k.token != token || k.rev > rev {
+		return false, nil
+	}
+	c.s.deleteLocked(election)
+	return true, nil
 }
 
 // Release implements elector.Backend.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/caddyleader/caddy-leader/elector/electortest"
 )
 
 // TestNeverLeaderlessLongerThanTheFault: a fault that touches one request, or one kind of
@@ -62,4 +64,43 @@ func TestNeverLeaderlessLongerThanTheFault(t *testing.T) {
 			return err == nil && o.Holder == nil
 		})
 	})
+}
+
+// TestSilentHolderIsExpiredByItsFollowers: a holder whose lease lives on (the store has not
+// reaped it, or something renews it) but that writes no heartbeat for a whole ttl has
+// stopped admitting; its followers delete its key and elect a leader without waiting for
+// the store.
+func TestSilentHolderIsExpiredByItsFollowers(t *testing.T) {
+	s := electortest.NewStore()
+	raw := s.Client()
+	defer raw.Close()
+	ctx := context.Background()
+	lease, _, err := raw.Grant(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Campaign(ctx, "main", []byte(`{"id":"silent","ttl":2000000000}`), lease); err != nil {
+		t.Fatal(err)
+	}
+	stopRenewing := make(chan struct{})
+	defer close(stopRenewing)
+	go func() {
+		for {
+			select {
+			case <-stopRenewing:
+				return
+			case <-time.After(10 * time.Millisecond):
+				_, _ = raw.Renew(ctx, lease) // the lease never runs out
+			}
+		}
+	}()
+	keepTime(t, s)
+	a, b := startMember(t, s, "a"), startMember(t, s, "b")
+	deadline := time.Now().Add(within)
+	for !a.Leading() && !b.Leading() {
+		if time.Now().After(deadline) {
+			t.Fatal("nobody leads: the silent holder's key was never expired")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
