@@ -206,7 +206,8 @@ func benchFailover(t *testing.T, f benchFault, ttl time.Duration, trials int) {
 				steps[msg] = append(steps[msg], at)
 			}
 		}
-		if s.SentAt.Before(fault) {
+		if s.SentAt.Before(fault) && *benchMode != "forward" {
+			// Forwarded, a request sent before may rightly be held for the new term.
 			t.Errorf("trial %d: %s served token %d for a request sent before the fault", trial, s.From, s.Gated.Token)
 		}
 		deletion := ""
