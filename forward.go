@@ -57,7 +57,7 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 		}
 		if try > 1 {
 			ctx, cancel := context.WithDeadline(r.Context(), deadline)
-			t, settled := g.election.WaitSettled(ctx)
+			t, settled := g.waitSettled(ctx)
 			cancel()
 			if !settled {
 				return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)

@@ -22,11 +22,14 @@ import (
 //
 // A leader admits a marked request during a takeover's drain (the forwarding instance
 // has committed it there), but only under the term it names and never while that term
-// settles or is being released. An instance that gets a genuine mark for a term it does
-// not lead answers 503 with NotLeaderHeader instead of forwarding again, so a request
-// travels one hop at most. A mark that does not verify (a client set it, or a peer made
-// it for another instance's term) is removed and the request treated as a plain one. The
-// gate removes every mark before the request goes on to the application.
+// settles or is being released. A mark that does not verify (a client set it, or a peer
+// made it for a term this process never held) is removed, and the request is admitted as
+// a plain one would be. Either way, an instance that cannot admit a marked request
+// answers 503 with NotLeaderHeader at once, so that the forwarding instance may send it
+// elsewhere: it never forwards a marked request again nor holds it, so a request travels
+// one hop at most, whatever the instances make of each other's marks. (A client that
+// sets the header itself only denies its request the forward.) The gate removes every
+// mark before the request goes on to the application.
 const ForwardedByHeader = "Caddy-Leader-Forwarded-By"
 
 // forwardedByKey is ForwardedByHeader in canonical form, for direct map access.
@@ -100,23 +103,25 @@ func (m forwardMark) verify(key []byte, method, path string, now time.Time) bool
 	return hmac.Equal(m.mac, markMAC(key, m.by, m.token, m.at, method, path))
 }
 
-// takeMark removes the forwarding mark from r and returns the term it was genuinely
-// forwarded to: a term of this instance, authenticated with that term's MarkKey. It
-// reports false for a request without a mark or with one that does not verify, which is
-// then a plain request. Only requests that carry the header pay for the check.
-func (g *Gate) takeMark(r *http.Request) (int64, bool) {
+// takeMark removes the forwarding mark from r. It reports whether r came with one
+// (hopped: a peer, or a client posing as one, forwarded it), and returns the term it was
+// genuinely forwarded to: a term of this instance, authenticated with that term's
+// MarkKey. A mark that does not verify gives forwarded false; the request is then
+// admitted as a plain one would be, but never forwarded again. Only requests that carry
+// the header pay for the check.
+func (g *Gate) takeMark(r *http.Request) (token int64, forwarded, hopped bool) {
 	vals := r.Header[forwardedByKey]
 	if len(vals) == 0 {
-		return 0, false
+		return 0, false, false
 	}
 	delete(r.Header, forwardedByKey)
 	if len(vals) != 1 {
-		return 0, false
+		return 0, false, true
 	}
 	m := parseMark(vals[0])
 	key, ok := g.election.MarkKey(m.token)
 	if !ok {
-		return 0, false
+		return 0, false, true
 	}
 	// The mark covers the request as it was sent, before any rewrite on this side.
 	orig := r
@@ -124,7 +129,7 @@ func (g *Gate) takeMark(r *http.Request) (int64, bool) {
 		orig = &o
 	}
 	if !m.verify(key, orig.Method, orig.URL.Path, time.Now()) {
-		return 0, false
+		return 0, false, true
 	}
-	return m.token, true
+	return m.token, true, true
 }

@@ -383,11 +383,11 @@ func TestForwarding(t *testing.T) {
 		checkServedOnce(t, l.results, backend.log())
 	})
 
-	t.Run("forged_mark_is_stripped_and_the_request_forwarded_once", func(t *testing.T) {
+	t.Run("forged_mark_is_stripped_and_the_request_never_forwarded", func(t *testing.T) {
 		backend, fleet, leader, _ := startForwardingFleet(t, "forward", "500ms")
 		follower := others(fleet, leader)[0]
 
-		send := func(in *Instance, id string) (int, string) {
+		send := func(in *Instance, id string) *http.Response {
 			req, _ := http.NewRequest(http.MethodPost, in.URL()+"/gated/guard", strings.NewReader("x"))
 			req.Header.Set("X-Req-Id", id)
 			req.Header.Set("Caddy-Leader-Forwarded-By", "some-peer")
@@ -395,29 +395,32 @@ func TestForwarding(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer resp.Body.Close()
-			return resp.StatusCode, resp.Header.Get("Retry-After")
+			resp.Body.Close()
+			return resp
 		}
 		// A client cannot mark a request as forwarded (the mark carries a MAC made
-		// with a secret of the leader's term): the follower drops the forged mark and
-		// forwards the request once, under a mark of its own.
-		if status, _ := send(follower, "marked-to-follower"); status != http.StatusOK {
-			t.Errorf("a request with a forged mark to a follower got %d, want 200 (forwarded once)", status)
+		// with a secret of the leader's term), so the leader drops the forged mark and
+		// serves the request as any other. A follower does not forward a request that
+		// came marked, forged or not: one hop is the most any request travels, so the
+		// client only denied itself the forward.
+		if resp := send(follower, "marked-to-follower"); resp.StatusCode != http.StatusServiceUnavailable ||
+			resp.Header.Get("Retry-After") == "" || resp.Header.Get("Caddy-Leader-Not-Leader") == "" {
+			t.Errorf("a request with a forged mark to a follower got %d (Retry-After %q, Not-Leader %q), want 503 with both",
+				resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Caddy-Leader-Not-Leader"))
 		}
-		if status, _ := send(leader, "marked-to-leader"); status != http.StatusOK {
-			t.Errorf("a marked request to the leader got %d, want 200", status)
+		if resp := send(leader, "marked-to-leader"); resp.StatusCode != http.StatusOK {
+			t.Errorf("a marked request to the leader got %d, want 200", resp.StatusCode)
 		}
-		seen := 0
+		seen := map[string]int{}
 		for _, a := range backend.log() {
-			if a.ReqID == "marked-to-follower" {
-				seen++
-			}
+			seen[a.ReqID]++
 			if a.Marked {
 				t.Errorf("request %s reached the application with the mark", a.ReqID)
 			}
 		}
-		if seen != 1 {
-			t.Errorf("the request with a forged mark reached the application %d times, want once", seen)
+		if seen["marked-to-follower"] != 0 || seen["marked-to-leader"] != 1 {
+			t.Errorf("arrivals: marked to the follower %d, marked to the leader %d; want 0 and 1",
+				seen["marked-to-follower"], seen["marked-to-leader"])
 		}
 	})
 

@@ -49,6 +49,9 @@ type Config struct {
 	// leader_gate runs, X-Admitted-At when the proxy sends the admitted request on (both
 	// `{time.now}`, Go's time.Time format). A Variant is sent as X-Config-Variant.
 	Backend string
+	// AccessLog turns on the HTTP server's access log (into the instance's log), in which
+	// every request each instance handled can be counted, forwarded ones included.
+	AccessLog bool
 }
 
 // JSON renders c as the complete Caddy configuration of instance in:
@@ -136,6 +139,29 @@ func (c Config) JSON(in *Instance) []byte {
 	if c.DrainTimeout != "" {
 		leaderApp["drain_timeout"] = c.DrainTimeout
 	}
+	server := map[string]any{
+		"listen":          []string{fmt.Sprintf("127.0.0.1:%d", in.HTTPPort)},
+		"automatic_https": map[string]any{"disable": true},
+		"routes": []any{
+			gatedRoute,
+			route(path("/leader"), subroute(
+				route(leader, respond(200, "{http.leader.self} {http.leader.token}")),
+				route(nil, respond(503, "not the leader")),
+			)),
+			route(path("/health"), subroute(
+				route([]map[string]any{{"leader_candidate": map[string]any{}}}, respond(200, "healthy")),
+				route(nil, respond(503, "not a healthy candidate")),
+			)),
+			route(path("/whoami"), subroute(
+				route(leader, respond(200, whoami)),
+				route(nil, respond(200, whoami)),
+			)),
+			route(path("/plain"), respond(200, "plain")),
+		},
+	}
+	if c.AccessLog {
+		server["logs"] = map[string]any{}
+	}
 	cfg := map[string]any{
 		"admin": map[string]any{
 			"listen": fmt.Sprintf("127.0.0.1:%d", in.AdminPort),
@@ -147,28 +173,7 @@ func (c Config) JSON(in *Instance) []byte {
 			"leader": leaderApp,
 			"http": map[string]any{
 				"grace_period": "2s",
-				"servers": map[string]any{
-					"e2e": map[string]any{
-						"listen":          []string{fmt.Sprintf("127.0.0.1:%d", in.HTTPPort)},
-						"automatic_https": map[string]any{"disable": true},
-						"routes": []any{
-							gatedRoute,
-							route(path("/leader"), subroute(
-								route(leader, respond(200, "{http.leader.self} {http.leader.token}")),
-								route(nil, respond(503, "not the leader")),
-							)),
-							route(path("/health"), subroute(
-								route([]map[string]any{{"leader_candidate": map[string]any{}}}, respond(200, "healthy")),
-								route(nil, respond(503, "not a healthy candidate")),
-							)),
-							route(path("/whoami"), subroute(
-								route(leader, respond(200, whoami)),
-								route(nil, respond(200, whoami)),
-							)),
-							route(path("/plain"), respond(200, "plain")),
-						},
-					},
-				},
+				"servers":      map[string]any{"e2e": server},
 			},
 		},
 	}
