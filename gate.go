@@ -387,11 +387,31 @@ func (g *Gate) reject(w http.ResponseWriter, status int, err error) error {
 
 // originalURI is the request URI as the client sent it, before any rewrite: the leader
 // applies the same rewrites itself.
-func originalURI(r *http.Request) string {
-	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok {
-		return orig.RequestURI
+func originalURI(r *http.Request) string { return original(r).RequestURI }
+
+// original is the request as the client sent it, before any rewrite (handle_path,
+// uri strip_prefix, rewrite, method), as Caddy's server kept it: its method, RequestURI
+// and URL. It is r itself outside a Caddy server.
+func original(r *http.Request) *http.Request {
+	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok && orig.URL != nil {
+		return &orig
 	}
-	return r.RequestURI
+	return r
+}
+
+// asSent is r with the method and URI the client sent, for forwarding: the leader routes
+// the request through its own rewrites, as it would have had the client sent it there,
+// and not into whatever route the rewritten path would reach.
+func asSent(r *http.Request) *http.Request {
+	orig := original(r)
+	if orig == r {
+		return r
+	}
+	out := new(http.Request)
+	*out = *r
+	u := *orig.URL
+	out.URL, out.Method, out.RequestURI = &u, orig.Method, orig.RequestURI
+	return out
 }
 
 // leaderDial is the host:port a leader's advertise URL is reached at.

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // ForwardedByHeader marks a request that one instance forwarded to the leader. Its value
@@ -124,10 +122,7 @@ func (g *Gate) takeMark(r *http.Request) (token int64, forwarded, hopped bool) {
 		return 0, false, true
 	}
 	// The mark covers the request as it was sent, before any rewrite on this side.
-	orig := r
-	if o, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok {
-		orig = &o
-	}
+	orig := original(r)
 	if !m.verify(key, orig.Method, orig.URL.Path, time.Now()) {
 		return 0, false, true
 	}

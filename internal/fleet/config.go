@@ -49,6 +49,10 @@ type Config struct {
 	// leader_gate runs, X-Admitted-At when the proxy sends the admitted request on (both
 	// `{time.now}`, Go's time.Time format). A Variant is sent as X-Config-Variant.
 	Backend string
+	// HandlePath, when set (say `/api`), moves the gated route under that prefix as
+	// Caddy's handle_path does: `<HandlePath>/gated*` is matched and the prefix stripped
+	// before the gate, and `/gated*` alone is not routed at all.
+	HandlePath string
 	// AccessLog turns on the HTTP server's access log (into the instance's log), in which
 	// every request each instance handled can be counted, forwarded ones included.
 	AccessLog bool
@@ -56,7 +60,7 @@ type Config struct {
 
 // JSON renders c as the complete Caddy configuration of instance in:
 //
-//	/gated*  leader_gate, then 200 "<self> <token> <method> <variant>"
+//	/gated*  leader_gate, then 200 "<self> <token> <method> <variant>" (under HandlePath if set)
 //	/leader  200 "<self> <token>" where the leader matcher matches, else 503
 //	/health  200 while the instance is a healthy candidate (leader_candidate), else 503
 //	/whoami  200 "<self> <leader id> <token> <is_leader>" after the leader matcher ran
@@ -107,6 +111,7 @@ func (c Config) JSON(in *Instance) []byte {
 			"X-Served-By":     {"{http.leader.self}"},
 			"X-Fencing-Token": {"{http.leader.token}"},
 			"X-Admitted-At":   {"{time.now}"},
+			"X-Original-URI":  {"{http.request.orig_uri}"},
 		}
 		if c.Variant != "" {
 			set["X-Config-Variant"] = []string{c.Variant}
@@ -120,6 +125,11 @@ func (c Config) JSON(in *Instance) []byte {
 			"X-Gate-Entered": {"{time.now}"},
 		}}}
 		gatedRoute = route(path("/gated*"), entered, gate, gated)
+	}
+	if c.HandlePath != "" {
+		// What the Caddyfile's handle_path adapts to; the rewrite's route is not terminal.
+		strip := map[string]any{"handle": []any{map[string]any{"handler": "rewrite", "strip_path_prefix": c.HandlePath}}}
+		gatedRoute = route(path(c.HandlePath+"/gated*"), subroute(strip, gatedRoute))
 	}
 
 	leaderApp := map[string]any{
