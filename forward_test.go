@@ -239,14 +239,20 @@ func TestForwardOneHopAtMost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			election := "hop-" + tc.name
 			var hits atomic.Int32
+			var leader *testInstance
+			var verified atomic.Bool
 			leaderSide := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				hits.Add(1)
+				// The mark binds the method and the request target as they arrive.
+				m := parseMark(r.Header.Get(ForwardedByHeader))
+				key, _ := leader.election.MarkKey(m.token)
+				verified.Store(m.verify(key, r.Method, requestTarget(r), time.Now()))
 				fmt.Fprint(w, "served")
 			}))
 			t.Cleanup(leaderSide.Close)
 
 			eps := cluster.Endpoints()
-			leader := startInstanceAt(t, eps, tc.leaderID, leaderSide.URL, election, 3*time.Second, false)
+			leader = startInstanceAt(t, eps, tc.leaderID, leaderSide.URL, election, 3*time.Second, false)
 			waitUntil(t, "the leader leads", func() bool { _, ok := leader.election.Check(); return ok })
 			follower := startInstance(t, eps, tc.followerID, election, 3*time.Second, false)
 			// The follower has seen the key (its view of a record with its own id may also be
@@ -267,7 +273,7 @@ func TestForwardOneHopAtMost(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = g.Cleanup() })
 
-			r, _ := gatedRequest(http.MethodGet, "/write")
+			r, _ := gatedRequest(http.MethodGet, "/write?b=2&a=1&x=%2F")
 			if tc.mark != "" {
 				r.Header.Set(ForwardedByHeader, tc.mark)
 			}
@@ -280,6 +286,9 @@ func TestForwardOneHopAtMost(t *testing.T) {
 			if tc.wantForwarded {
 				if err != nil || w.Code != http.StatusOK || hits.Load() != 1 {
 					t.Fatalf("got %d, error %v, %d arrivals at the leader; want 200 through one forward", w.Code, err, hits.Load())
+				}
+				if !verified.Load() {
+					t.Error("the leader could not verify the mark of the forwarded request")
 				}
 				return
 			}

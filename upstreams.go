@@ -113,7 +113,9 @@ func (u *LeaderUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstrea
 	// the mark goes upstream on every try, even where header operations apply.
 	mark := u.self
 	if t.Leader.MarkKey != "" {
-		mark = signMark(u.self, t.Token, t.Leader.MarkKey, time.Now(), r.Method, r.URL.Path)
+		// r is reverse_proxy's copy of the request, whose RequestURI is the incoming
+		// one: what goes on the wire is its URL's.
+		mark = signMark(u.self, t.Token, t.Leader.MarkKey, time.Now(), r.Method, r.URL.RequestURI())
 	}
 	r.Header.Set(ForwardedByHeader, mark)
 	caddyhttp.SetVar(r.Context(), markVar, mark)
