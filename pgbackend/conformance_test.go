@@ -11,21 +11,36 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/pgtest"
 )
 
-// TestConformance runs the store-neutral suite against a real PostgreSQL.
+// TestConformance runs the store-neutral suite against a real PostgreSQL: with LISTEN,
+// with watches left to polling, and behind PgBouncer in transaction mode (polling too).
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
 	}
 	server := pgtest.Start(t)
 	var n atomic.Int64
-	electortest.Run(t, func(t *testing.T) electortest.Harness {
-		return electortest.Harness{
-			NewClient: func(t *testing.T) elector.Backend { return newBackend(t, Config{DSN: server.DSN()}) },
-			TTL:       2 * time.Second,
-			Advance:   time.Sleep,
-			Election:  func() string { return fmt.Sprintf("conformance-%d", n.Add(1)) },
-		}
-	})
+	for _, tc := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+		cfg  Config
+	}{
+		{"listen", func(*testing.T) string { return server.DSN() }, Config{}},
+		{"disable_listen", func(*testing.T) string { return server.DSN() }, Config{DisableListen: true}},
+		{"pgbouncer", func(t *testing.T) string { return pgtest.StartPgBouncer(t, server).DSN() }, Config{DisableListen: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.DSN = tc.dsn(t)
+			electortest.Run(t, func(t *testing.T) electortest.Harness {
+				return electortest.Harness{
+					NewClient: func(t *testing.T) elector.Backend { return newBackend(t, cfg) },
+					TTL:       2 * time.Second,
+					Advance:   time.Sleep,
+					Election:  func() string { return fmt.Sprintf("conformance-%d", n.Add(1)) },
+				}
+			})
+		})
+	}
 }
 
 func newBackend(t testing.TB, cfg Config) *Backend {

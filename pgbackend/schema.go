@@ -19,7 +19,7 @@ var prefixPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // names are the store's SQL object names for one prefix. Prefix is checked against
 // prefixPattern, so the names can be put into statements as they are.
 type names struct {
-	seq, next, leases, elections, intents, candidates, acks, history, notify, channel string
+	seq, next, leases, elections, vacated, intents, candidates, acks, history, notify, channel string
 }
 
 func newNames(prefix string) names {
@@ -28,6 +28,7 @@ func newNames(prefix string) names {
 		next:       prefix + "next",
 		leases:     prefix + "leases",
 		elections:  prefix + "elections",
+		vacated:    prefix + "vacated",
 		intents:    prefix + "intents",
 		candidates: prefix + "candidates",
 		acks:       prefix + "released",
@@ -65,6 +66,10 @@ func Schema(prefix string) (string, error) {
 //     revokes its lease right after letting go, and its successor must still find them;
 //     they carry an expires_at of their own (the holder's TTL) and are deleted when read.
 //   - The history of terms is bound to no lease: it outlives every instance.
+//   - <prefix>vacated keeps, per election, the key as it was when its row was last deleted
+//     (by a trigger, so an operator's DELETE and a lease's cascade count too). A watch
+//     reads the key, not its history: without it a heartbeat followed at once by a delete
+//     would reach a watch that read before both as a bare vacancy (see Watch).
 //   - The triggers NOTIFY listeners of every change of an election or intent row,
 //     whoever makes it (an operator's UPDATE or DELETE too).
 func schema(n names) string {
@@ -125,6 +130,24 @@ END
 $f$;
 CREATE OR REPLACE TRIGGER %[4]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[4]s
 	FOR EACH ROW EXECUTE FUNCTION %[8]s();
+CREATE TABLE IF NOT EXISTS %[12]s (
+	name text PRIMARY KEY,
+	value bytea NOT NULL,
+	lease bigint NOT NULL,
+	token bigint NOT NULL,
+	rev bigint NOT NULL
+);
+CREATE OR REPLACE FUNCTION %[8]s_vacated() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	INSERT INTO %[12]s (name, value, lease, token, rev)
+	VALUES (OLD.name, OLD.value, OLD.lease, OLD.token, OLD.rev)
+	ON CONFLICT (name) DO UPDATE
+		SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev;
+	RETURN NULL;
+END
+$f$;
+CREATE OR REPLACE TRIGGER %[4]s_vacated AFTER DELETE ON %[4]s
+	FOR EACH ROW EXECUTE FUNCTION %[8]s_vacated();
 CREATE OR REPLACE FUNCTION %[8]s_intent() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	IF TG_OP = 'DELETE' THEN
@@ -137,7 +160,7 @@ END
 $f$;
 CREATE OR REPLACE TRIGGER %[5]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[5]s
 	FOR EACH ROW EXECUTE FUNCTION %[8]s_intent();
-`, n.seq, n.next, n.leases, n.elections, n.intents, n.candidates, n.acks, n.notify, n.channel, "name", n.history)
+`, n.seq, n.next, n.leases, n.elections, n.intents, n.candidates, n.acks, n.notify, n.channel, "name", n.history, n.vacated)
 }
 
 // createSchema runs the DDL. Candidates that start together race to create the same

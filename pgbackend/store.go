@@ -106,7 +106,7 @@ RETURNING token`, b.names.elections, b.names.leases, b.names.next), election, va
 		switch {
 		case err == nil:
 			o := elector.Observation{Revision: token, Holder: &elector.Holder{Value: value, Lease: lease, Token: token}}
-			b.remember(election, o)
+			b.remember(election, reported{o, token})
 			return o, nil
 		case isForeignKeyViolation(err):
 			return elector.Observation{}, elector.ErrLeaseNotFound // revoked meanwhile
@@ -123,7 +123,7 @@ RETURNING token`, b.names.elections, b.names.leases, b.names.next), election, va
 		// Vacant again already (released between the two statements): try once more,
 		// rather than report a vacancy that nobody would campaign for.
 		if r.obs.Holder != nil || attempt == 2 {
-			b.remember(election, r.obs)
+			b.remember(election, reported{r.obs, r.rowRev})
 			return r.obs, nil
 		}
 	}
@@ -139,7 +139,7 @@ func (b *Backend) Observe(ctx context.Context, election string) (elector.Observa
 	if err != nil {
 		return elector.Observation{}, err
 	}
-	b.remember(election, r.obs)
+	b.remember(election, reported{r.obs, r.rowRev})
 	return r.obs, nil
 }
 
@@ -151,39 +151,63 @@ type reading struct {
 	remaining time.Duration
 	// leaseAlive says whether the lease asked about is alive.
 	leaseAlive bool
-	// rowRev is the revision of the key's last write (0 when vacant): an Update that
-	// rewrites the same value still changes it.
+	// rowRev is the revision of the key's last write: the held row's, or, when vacant,
+	// that of the last write before the key went (0 if unknown). An Update that rewrites
+	// the same value still changes it.
 	rowRev int64
+	// last is, when vacant, the key as its last write left it: the row whose lease
+	// expired, or the one the vacated trigger saved when the row was deleted; nil if
+	// unknown. lastAt is a revision below obs.Revision at which a watch can report last
+	// before the vacancy (see Watch).
+	last   *elector.Holder
+	lastAt int64
 }
 
 // read reads the key and (if lease is not 0) whether lease is alive, in one statement. Its
 // revision comes from the sequence, so each read's is higher than any revision before it.
 func (b *Backend) read(ctx context.Context, election string, lease elector.LeaseID) (reading, error) {
 	var (
-		rev          int64
-		value        []byte
-		holder, tok  *int64
-		rowRev       *int64
-		remainingSec *float64
-		alive        bool
+		rev                  int64
+		value, lastValue     []byte
+		holder, tok, rowRev  *int64
+		lastLease, lastToken *int64
+		lastRev, vacantRev   *int64
+		remainingSec         *float64
+		live, alive          bool
 	)
 	err := b.pool.QueryRow(ctx, fmt.Sprintf(`
-SELECT %[3]s(), e.value, e.lease, e.token, e.rev,
+SELECT %[3]s(), e.value, e.lease, e.token, e.rev, l.id IS NOT NULL,
 	extract(epoch FROM l.expires_at - clock_timestamp())::float8,
-	EXISTS (SELECT 1 FROM %[2]s WHERE id = $2 AND expires_at > clock_timestamp())
+	EXISTS (SELECT 1 FROM %[2]s WHERE id = $2 AND expires_at > clock_timestamp()),
+	v.value, v.lease, v.token, v.rev,
+	CASE WHEN l.id IS NULL THEN %[3]s() END
 FROM (VALUES (1)) AS one (x)
-LEFT JOIN (%[1]s e JOIN %[2]s l ON l.id = e.lease AND l.expires_at > clock_timestamp()) ON e.name = $1`,
-		b.names.elections, b.names.leases, b.names.next), election, int64(lease)).
-		Scan(&rev, &value, &holder, &tok, &rowRev, &remainingSec, &alive)
+LEFT JOIN %[1]s e ON e.name = $1
+LEFT JOIN %[2]s l ON l.id = e.lease AND l.expires_at > clock_timestamp()
+LEFT JOIN %[4]s v ON v.name = $1 AND e.name IS NULL`,
+		b.names.elections, b.names.leases, b.names.next, b.names.vacated), election, int64(lease)).
+		Scan(&rev, &value, &holder, &tok, &rowRev, &live, &remainingSec, &alive,
+			&lastValue, &lastLease, &lastToken, &lastRev, &vacantRev)
 	if err != nil {
 		return reading{}, b.describe(err)
 	}
 	r := reading{obs: elector.Observation{Revision: rev}, leaseAlive: alive}
-	if holder != nil {
+	switch {
+	case holder != nil && live:
 		r.obs.Holder = &elector.Holder{Value: value, Lease: elector.LeaseID(*holder), Token: *tok}
 		r.remaining = time.Duration(max(0, *remainingSec) * float64(time.Second))
 		r.rowRev = *rowRev
+		return r, nil
+	case holder != nil: // the row is still there, its lease expired
+		r.last = &elector.Holder{Value: value, Lease: elector.LeaseID(*holder), Token: *tok}
+		r.rowRev = *rowRev
+	case lastLease != nil: // the row was deleted
+		r.last = &elector.Holder{Value: lastValue, Lease: elector.LeaseID(*lastLease), Token: *lastToken}
+		r.rowRev = *lastRev
 	}
+	// Both revisions come from one statement; which of the two the server computed
+	// first does not matter, only that the vacancy gets the higher.
+	r.lastAt, r.obs.Revision = min(rev, *vacantRev), max(rev, *vacantRev)
 	return r, nil
 }
 
