@@ -16,6 +16,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func TestSafetyPostgres(t *testing.T) {
 	}()
 	for _, mode := range []string{"reject", "redirect", "forward"} {
 		t.Run(mode, func(t *testing.T) {
-			env := startPGSafetyEnv(t, server, mode, "safety_"+mode+"_", nil)
+			env := startPGSafetyEnv(t, server, mode)
 			for _, sc := range pgSafetyScenarios(server, mode) {
 				sc.name = mode + "_" + sc.name
 				if !t.Run(sc.name, func(t *testing.T) {
@@ -60,10 +61,16 @@ func TestSafetyPostgres(t *testing.T) {
 	}
 }
 
-// startPGSafetyEnv starts mode's fleet on server under table prefix, each instance through
-// a fault proxy of its own, and waits for a leader; store, if not nil, changes each
-// instance's store config.
-func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode, prefix string, store func(map[string]any)) *safetyEnv {
+// startPGSafetyEnv starts mode's fleet on server, each instance through a fault proxy of
+// its own, and waits for a leader.
+func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode string) *safetyEnv {
+	return startPGEnv(t, server, mode, mode, nil)
+}
+
+// startPGEnv starts a fleet of pgSafetyInstances in follower mode on server, its tables
+// and application names told apart by name, with extra added to every instance's store
+// config (disable_listen, say), and waits for a leader.
+func startPGEnv(t *testing.T, server *pgtest.Server, name, mode string, extra map[string]any) *safetyEnv {
 	t.Helper()
 	env := &safetyEnv{t: t, backend: startBackend(t), links: map[string][]*faultproxy.Proxy{}}
 	env.cfg = Config{Follower: mode, Backend: env.backend.srv.URL, InstanceStore: map[string]map[string]any{}}
@@ -75,22 +82,29 @@ func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode, prefix string, 
 		}
 		t.Cleanup(func() { p.Close() })
 		env.links[id] = []*faultproxy.Proxy{p}
-		cfg := map[string]any{
-			"module":       "postgres",
-			"dsn":          fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=%s", pgtest.Superuser, p.Addr(), pgAppName(mode, id)),
-			"table_prefix": prefix,
-		}
-		if store != nil {
-			store(cfg)
-		}
-		env.cfg.InstanceStore[id] = cfg
+		env.cfg.InstanceStore[id] = pgStoreConfig(server, p.Addr(), name, id, extra)
 	}
 	env.launch(t, pgSafetyInstances)
 	return env
 }
 
-// pgAppName is instance id's application_name in mode's fleet.
-func pgAppName(mode, id string) string { return "safety-" + mode + "-" + id }
+// pgStoreConfig is instance id's store config in the fleet called name, reaching the
+// server at addr.
+func pgStoreConfig(server *pgtest.Server, addr, name, id string, extra map[string]any) map[string]any {
+	c := map[string]any{
+		"module":       "postgres",
+		"dsn":          fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=%s", pgtest.Superuser, addr, pgAppName(name, id)),
+		"table_prefix": pgTablePrefix(name),
+	}
+	maps.Copy(c, extra)
+	return c
+}
+
+// pgTablePrefix is the table prefix of the fleet called name.
+func pgTablePrefix(name string) string { return "safety_" + name + "_" }
+
+// pgAppName is instance id's application_name in the fleet called name.
+func pgAppName(name, id string) string { return "safety-" + name + "-" + id }
 
 // pgSafetyScenarios are the faults, in the order one fleet goes through them.
 func pgSafetyScenarios(server *pgtest.Server, mode string) []safetyScenario {
@@ -150,8 +164,9 @@ func TestSafetyPostgresPolling(t *testing.T) {
 	defer func() {
 		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL with disable_listen, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safetyTable(reports))
 	}()
-	const prefix = "safety_polling_"
-	env := startPGSafetyEnv(t, server, mode, prefix, func(store map[string]any) { store["disable_listen"] = true })
+	const name = "polling"
+	prefix := pgTablePrefix(name)
+	env := startPGEnv(t, server, name, mode, map[string]any{"disable_listen": true})
 	for i := range runs {
 		sc := safetyScenario{
 			name: fmt.Sprintf("cut_off_after_a_heartbeat_and_row_deleted_%d", i+1), load: 6 * time.Second,

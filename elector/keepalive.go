@@ -154,6 +154,9 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 		if l.rewound.Load() {
 			return reasonRewound
 		}
+		if why := l.why.Load(); why != nil {
+			return *why
+		}
 		if !l.valid(now) {
 			return "no renewal succeeded before the lease deadline"
 		}

@@ -82,6 +82,9 @@ type Term struct {
 	// beat is how long after its last heartbeat this term may admit (see beatWindow);
 	// shared by every snapshot of the term. Set whenever lease is.
 	beat *deadline
+	// pred is what the term waits for before it admits, and what its end must not
+	// vouch for before it is proven (see predecessor). Set whenever lease is.
+	pred *predecessor
 	// end is cancelled when this instance's hold of the key ends; already cancelled
 	// for a Term that does not hold it.
 	end context.Context
