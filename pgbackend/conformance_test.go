@@ -1,6 +1,7 @@
 package pgbackend
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -37,6 +38,7 @@ func TestConformance(t *testing.T) {
 					TTL:       2 * time.Second,
 					Advance:   time.Sleep,
 					Election:  func() string { return fmt.Sprintf("conformance-%d", n.Add(1)) },
+					NamesPrev: true,
 				}
 			})
 		})
@@ -51,4 +53,18 @@ func newBackend(t testing.TB, cfg Config) *Backend {
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
+}
+
+// win grants a lease of ttl on b and wins election with value under it.
+func win(t *testing.T, ctx context.Context, b *Backend, election, value string, ttl time.Duration) (elector.LeaseID, elector.Observation) {
+	t.Helper()
+	lease, _, err := b.Grant(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := b.Campaign(ctx, election, []byte(value), lease)
+	if err != nil || o.Holder == nil || o.Holder.Lease != lease {
+		t.Fatalf("campaign: %+v, %v", o, err)
+	}
+	return lease, o
 }

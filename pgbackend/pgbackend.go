@@ -61,6 +61,10 @@ type Backend struct {
 	lastMu sync.Mutex
 	last   map[string][]reported
 
+	// seen is what this backend was answered, to tell a store gone back in time (see
+	// fence.go).
+	seen seen
+
 	listener *listener
 
 	ctx    context.Context
@@ -101,7 +105,8 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgbackend: %s: %w", Redact(cfg.DSN), err)
 	}
-	b := &Backend{cfg: cfg, names: newNames(cfg.TablePrefix), pool: pool, last: make(map[string][]reported)}
+	b := &Backend{cfg: cfg, names: newNames(cfg.TablePrefix), pool: pool, last: make(map[string][]reported),
+		seen: seen{terms: make(map[string]int64)}}
 	b.poll.Store(int64(cfg.PollInterval))
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.listener = newListener(b, pcfg.ConnConfig)

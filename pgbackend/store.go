@@ -27,14 +27,18 @@ func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID
 		return 0, 0, err
 	}
 	ms := int64(math.Ceil(float64(ttl) / float64(time.Millisecond)))
+	m := b.mark("")
 	var id, granted int64
 	err := b.pool.QueryRow(ctx, fmt.Sprintf(`
 WITH gc AS (DELETE FROM %[1]s WHERE expires_at <= clock_timestamp())
 INSERT INTO %[1]s (id, ttl_ms, expires_at)
-VALUES (%[2]s(), $1::bigint, clock_timestamp() + $1::bigint * interval '1 millisecond')
-RETURNING id, ttl_ms`, b.names.leases, b.names.next), ms).Scan(&id, &granted)
+VALUES (%[2]s($2), $1::bigint, clock_timestamp() + $1::bigint * interval '1 millisecond')
+RETURNING id, ttl_ms`, b.names.leases, b.names.fenced), ms, b.floor()).Scan(&id, &granted)
 	if err != nil {
 		return 0, 0, b.describe(err)
+	}
+	if err := b.granted(m, id); err != nil {
+		return 0, 0, err
 	}
 	g := time.Duration(granted) * time.Millisecond
 	if p := g / 3; p > 0 && p < time.Duration(b.poll.Load()) {
@@ -47,6 +51,9 @@ RETURNING id, ttl_ms`, b.names.leases, b.names.next), ms).Scan(&id, &granted)
 // even if no one has deleted its row yet: it is gone.
 func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration, error) {
 	if err := b.ready(ctx); err != nil {
+		return 0, err
+	}
+	if err := b.owedRewind(); err != nil {
 		return 0, err
 	}
 	var ms int64
@@ -89,23 +96,39 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		return elector.Observation{}, err
 	}
 	for attempt := 0; ; attempt++ {
-		var token int64
+		m := b.mark(election)
+		var (
+			token, prevDeleted int64
+			prevHeld           *int64
+			inserted           bool
+		)
 		err := b.pool.QueryRow(ctx, fmt.Sprintf(`
-WITH cur AS (SELECT lease FROM %[1]s WHERE name = $1),
+WITH cur AS (SELECT lease, token FROM %[1]s WHERE name = $1),
 dead AS (
 	DELETE FROM %[2]s WHERE id IN (SELECT lease FROM cur) AND expires_at <= clock_timestamp()
 	RETURNING id
 ),
-tok AS (SELECT %[3]s() AS v FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp())
+tok AS (SELECT %[3]s($4) AS v FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp())
 INSERT INTO %[1]s AS e (name, value, lease, token, rev)
 SELECT $1, $2, $3, v, v FROM tok
 ON CONFLICT (name) DO UPDATE
 	SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev
 	WHERE e.lease IN (SELECT id FROM dead)
-RETURNING token`, b.names.elections, b.names.leases, b.names.next), election, value, int64(lease)).Scan(&token)
+RETURNING token, e.xmax = 0, (SELECT token FROM cur), COALESCE(%[4]s($1), 0)`,
+			b.names.elections, b.names.leases, b.names.fenced, b.names.prev),
+			election, value, int64(lease), b.floor()).Scan(&token, &inserted, &prevHeld, &prevDeleted)
 		switch {
 		case err == nil:
-			o := elector.Observation{Revision: token, Holder: &elector.Holder{Value: value, Lease: lease, Token: token}}
+			h := &elector.Holder{Value: value, Lease: lease, Token: token}
+			if err := b.checkFence(m, election, token, h); err != nil {
+				return elector.Observation{}, err
+			}
+			// A key inserted anew follows the term last deleted; one taken over from an
+			// expired lease follows the term that held it.
+			o := elector.Observation{Revision: token, Holder: h, Prev: prevDeleted}
+			if !inserted && prevHeld != nil {
+				o.Prev = *prevHeld
+			}
 			b.remember(election, reported{o, token})
 			return o, nil
 		case isForeignKeyViolation(err):
@@ -166,6 +189,7 @@ type reading struct {
 // read reads the key and (if lease is not 0) whether lease is alive, in one statement. Its
 // revision comes from the sequence, so each read's is higher than any revision before it.
 func (b *Backend) read(ctx context.Context, election string, lease elector.LeaseID) (reading, error) {
+	m := b.mark(election)
 	var (
 		rev                  int64
 		value, lastValue     []byte
@@ -197,7 +221,7 @@ LEFT JOIN %[4]s v ON v.name = $1 AND e.name IS NULL`,
 		r.obs.Holder = &elector.Holder{Value: value, Lease: elector.LeaseID(*holder), Token: *tok}
 		r.remaining = time.Duration(max(0, *remainingSec) * float64(time.Second))
 		r.rowRev = *rowRev
-		return r, nil
+		return r, b.checkFence(m, election, rev, r.obs.Holder)
 	case holder != nil: // the row is still there, its lease expired
 		r.last = &elector.Holder{Value: value, Lease: elector.LeaseID(*holder), Token: *tok}
 		r.rowRev = *rowRev
@@ -208,7 +232,7 @@ LEFT JOIN %[4]s v ON v.name = $1 AND e.name IS NULL`,
 	// Both revisions come from one statement; which of the two the server computed
 	// first does not matter, only that the vacancy gets the higher.
 	r.lastAt, r.obs.Revision = min(rev, *vacantRev), max(rev, *vacantRev)
-	return r, nil
+	return r, b.checkFence(m, election, r.lastAt, nil)
 }
 
 // Update implements elector.Backend: only while the key is still term token's and its

@@ -36,19 +36,16 @@ func TestWatchReportsTheLastWriteBeforeAVacancy(t *testing.T) {
 		// comes and goes between two reads.
 		watchFromVacancy bool
 		end              func(t *testing.T, election string, token int64, lease elector.LeaseID)
-		// lastValue is the value the watch must report before the vacancy; "" for the
-		// holder as the watch last reported it (a TRUNCATE leaves no trace of the row).
-		lastValue string
 	}{
-		{name: "heartbeat_then_the_row_deleted_by_hand", lastValue: "beat-1", end: func(t *testing.T, election string, _ int64, _ elector.LeaseID) {
+		{name: "heartbeat_then_the_row_deleted_by_hand", end: func(t *testing.T, election string, _ int64, _ elector.LeaseID) {
 			exec(t, `DELETE FROM caddy_leader_elections WHERE name = $1`, election)
 		}},
-		{name: "heartbeat_then_release", lastValue: "beat-1", end: func(t *testing.T, election string, token int64, lease elector.LeaseID) {
+		{name: "heartbeat_then_release", end: func(t *testing.T, election string, token int64, lease elector.LeaseID) {
 			if err := holder.Release(ctx, election, token, lease); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{name: "heartbeat_then_the_lease_revoked", lastValue: "beat-1", end: func(t *testing.T, _ string, _ int64, lease elector.LeaseID) {
+		{name: "heartbeat_then_the_lease_revoked", end: func(t *testing.T, _ string, _ int64, lease elector.LeaseID) {
 			if err := holder.Revoke(ctx, lease); err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +53,7 @@ func TestWatchReportsTheLastWriteBeforeAVacancy(t *testing.T) {
 		{name: "heartbeat_then_truncate", end: func(t *testing.T, _ string, _ int64, _ elector.LeaseID) {
 			exec(t, `TRUNCATE caddy_leader_elections`)
 		}},
-		{name: "a_whole_term_between_two_reads", watchFromVacancy: true, lastValue: "beat-1", end: func(t *testing.T, election string, _ int64, _ elector.LeaseID) {
+		{name: "a_whole_term_between_two_reads", watchFromVacancy: true, end: func(t *testing.T, election string, _ int64, _ elector.LeaseID) {
 			exec(t, `DELETE FROM caddy_leader_elections WHERE name = $1`, election)
 		}},
 	} {
@@ -75,14 +72,7 @@ func TestWatchReportsTheLastWriteBeforeAVacancy(t *testing.T) {
 			if tc.watchFromVacancy {
 				watch()
 			}
-			lease, _, err := holder.Grant(ctx, time.Hour)
-			if err != nil {
-				t.Fatal(err)
-			}
-			won, err := holder.Campaign(ctx, election, []byte("beat-0"), lease)
-			if err != nil || won.Holder == nil || won.Holder.Lease != lease {
-				t.Fatalf("campaign: %+v, %v", won, err)
-			}
+			lease, won := win(t, ctx, holder, election, "beat-0", time.Hour)
 			if !tc.watchFromVacancy {
 				watch()
 			}
@@ -112,13 +102,7 @@ func TestWatchReportsTheLastWriteBeforeAVacancy(t *testing.T) {
 			if len(got) < 2 {
 				t.Fatalf("the watch reported %v: the vacancy with no write of term %d before it", got, won.Holder.Token)
 			}
-			last := got[len(got)-2]
-			want := fmt.Sprintf("%s@%d", tc.lastValue, won.Holder.Token)
-			if tc.lastValue == "" {
-				want = fmt.Sprintf("@%d", won.Holder.Token)
-				last = last[len(last)-len(want):]
-			}
-			if last != want {
+			if last, want := got[len(got)-2], fmt.Sprintf("beat-1@%d", won.Holder.Token); last != want {
 				t.Errorf("the watch reported %v: before the vacancy %s, want %s", got, last, want)
 			}
 		})

@@ -64,8 +64,9 @@ func (b *Backend) baseline(election string, afterRev int64) (reported, bool) {
 }
 
 // Watch implements elector.Backend. Without a baseline (afterRev is not a revision this
-// backend reported for the election, say another client's), a held key whose row was last
-// written at or before afterRev counts as already seen, and anything else is reported.
+// backend reported for the election, say another client's), a key whose row was last
+// written at or before afterRev counts as already seen in that state, and anything else is
+// reported.
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	out := make(chan elector.Observation, 1)
 	base, known := b.baseline(election, afterRev)
@@ -78,9 +79,14 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 				}
 				return 0, false
 			}
-			if !known && r.obs.Holder != nil && r.rowRev <= afterRev {
+			switch {
+			case known:
+			case r.obs.Holder != nil && r.rowRev <= afterRev:
 				// Not written since afterRev: the caller saw this state already.
 				base, known = reported{r.obs, r.rowRev}, true
+			case r.last != nil && r.rowRev <= afterRev:
+				// Last written before afterRev: the caller saw that write.
+				base, known = reported{elector.Observation{Revision: afterRev, Holder: r.last}, r.rowRev}, true
 			}
 			for _, s := range news(base, known, r) {
 				if !send(ctx, out, s.obs) {
