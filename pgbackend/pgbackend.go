@@ -61,6 +61,10 @@ type Backend struct {
 	lastMu sync.Mutex
 	last   map[string][]reported
 
+	// wrote is the value this backend last wrote to each election's key (see Update).
+	wroteMu sync.Mutex
+	wrote   map[string]wrote
+
 	// seen is what this backend was answered, to tell a store gone back in time (see
 	// fence.go).
 	seen seen
@@ -106,7 +110,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("pgbackend: %s: %w", Redact(cfg.DSN), err)
 	}
 	b := &Backend{cfg: cfg, names: newNames(cfg.TablePrefix), pool: pool, last: make(map[string][]reported),
-		seen: seen{terms: make(map[string]int64)}}
+		wrote: make(map[string]wrote), seen: seen{terms: make(map[string]int64)}}
 	b.poll.Store(int64(cfg.PollInterval))
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.listener = newListener(b, pcfg.ConnConfig)

@@ -130,6 +130,7 @@ RETURNING token, e.xmax = 0, (SELECT token FROM cur), COALESCE(%[4]s($1), 0)`,
 				o.Prev = *prevHeld
 			}
 			b.remember(election, reported{o, token})
+			b.noteWritten(election, token, value)
 			return o, nil
 		case isForeignKeyViolation(err):
 			return elector.Observation{}, elector.ErrLeaseNotFound // revoked meanwhile
@@ -233,23 +234,6 @@ LEFT JOIN %[4]s v ON v.name = $1 AND e.name IS NULL`,
 	// first does not matter, only that the vacancy gets the higher.
 	r.lastAt, r.obs.Revision = min(rev, *vacantRev), max(rev, *vacantRev)
 	return r, b.checkFence(m, election, r.lastAt, nil)
-}
-
-// Update implements elector.Backend: only while the key is still term token's and its
-// lease alive.
-func (b *Backend) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return false, err
-	}
-	tag, err := b.pool.Exec(ctx, fmt.Sprintf(`
-UPDATE %[1]s SET value = $3, rev = %[3]s()
-WHERE name = $1 AND token = $2
-	AND lease IN (SELECT id FROM %[2]s WHERE expires_at > clock_timestamp())`,
-		b.names.elections, b.names.leases, b.names.next), election, token, value)
-	if err != nil {
-		return false, b.describe(err)
-	}
-	return tag.RowsAffected() == 1, nil
 }
 
 // Release implements elector.Backend: one statement deletes the key if it is still term
