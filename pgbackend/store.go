@@ -254,6 +254,20 @@ ON CONFLICT DO NOTHING`, b.names.elections, b.names.leases, b.names.acks, defaul
 	return b.describe(err)
 }
 
+// Expire implements elector.Backend: every write of the key gives it a new rev, and every
+// observation's revision is at least that of the writes it saw.
+func (b *Backend) Expire(ctx context.Context, election string, token, rev int64) (bool, error) {
+	if err := b.ready(ctx); err != nil {
+		return false, err
+	}
+	tag, err := b.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE name = $1 AND token = $2 AND rev <= $3`,
+		b.names.elections), election, token, rev)
+	if err != nil {
+		return false, b.describe(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // defaultAckTTL is how long an acknowledgement lives when its holder's lease is already
 // gone: long enough for any successor to read it.
 const defaultAckTTL = time.Minute
