@@ -98,7 +98,10 @@ type Backend interface {
 	// delete (Release, Revoke, an operator) and an expiry. A store without history
 	// may coalesce changes that follow each other faster than it can report
 	// them into the latest one, but never reports a state older than one already reported,
-	// and always reports the latest.
+	// and always reports the latest. It never merges a holder's last write into the
+	// vacancy that follows it: a vacancy comes after that write was reported (again, if
+	// need be, when the watch cannot tell whether it reported it), since followers count
+	// a vanished holder's deadline from the last write the watch showed them.
 	Watch(ctx context.Context, election string, afterRev int64) <-chan Observation
 	// Update replaces the value of the election's key, keeping its lease and token, if its
 	// token is still token (and so its lease alive); it reports whether it did. It never
