@@ -98,9 +98,9 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	for attempt := 0; ; attempt++ {
 		m := b.mark(election)
 		var (
-			token, prevDeleted int64
-			prevHeld           *int64
-			inserted           bool
+			token, prevDeleted      int64
+			prevHeld                *int64
+			inserted, prevDeletedOK bool
 		)
 		err := b.pool.QueryRow(ctx, fmt.Sprintf(`
 WITH cur AS (SELECT lease, token FROM %[1]s WHERE name = $1),
@@ -114,9 +114,9 @@ SELECT $1, $2, $3, v, v FROM tok
 ON CONFLICT (name) DO UPDATE
 	SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev
 	WHERE e.lease IN (SELECT id FROM dead)
-RETURNING token, e.xmax = 0, (SELECT token FROM cur), COALESCE(%[4]s($1), 0)`,
+RETURNING token, e.xmax = 0, (SELECT token FROM cur), COALESCE(%[4]s($1), 0), %[4]s_released($1)`,
 			b.names.elections, b.names.leases, b.names.fenced, b.names.prev),
-			election, value, int64(lease), b.floor()).Scan(&token, &inserted, &prevHeld, &prevDeleted)
+			election, value, int64(lease), b.floor()).Scan(&token, &inserted, &prevHeld, &prevDeleted, &prevDeletedOK)
 		switch {
 		case err == nil:
 			h := &elector.Holder{Value: value, Lease: lease, Token: token}
@@ -125,9 +125,9 @@ RETURNING token, e.xmax = 0, (SELECT token FROM cur), COALESCE(%[4]s($1), 0)`,
 			}
 			// A key inserted anew follows the term last deleted; one taken over from an
 			// expired lease follows the term that held it.
-			o := elector.Observation{Revision: token, Holder: h, Prev: prevDeleted}
+			o := elector.Observation{Revision: token, Holder: h, Prev: prevDeleted, PrevReleased: prevDeletedOK && prevDeleted != 0}
 			if !inserted && prevHeld != nil {
-				o.Prev = *prevHeld
+				o.Prev, o.PrevReleased = *prevHeld, false
 			}
 			b.remember(election, reported{o, token})
 			b.noteWritten(election, token, value)
