@@ -42,9 +42,7 @@ const fenceSlack = 1 << 32
 
 // fenceSchema is the DDL of the store's mark: <prefix>fenced(floor) and <prefix>prev(name),
 // the token of the election's last deleted term (read with a snapshot of its own, after
-// the campaign's insert, so that a term deleted while the campaign ran is not missed), and
-// <prefix>prev_released(name), whether that term acknowledged its end (Observation.
-// PrevReleased: the key is the campaign's own by then, so both read the same term).
+// the campaign's insert, so that a term deleted while the campaign ran is not missed).
 func fenceSchema(n names) string {
 	return fmt.Sprintf(`
 CREATE OR REPLACE FUNCTION %[1]s(floor bigint) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $f$
@@ -65,13 +63,7 @@ BEGIN
 	RETURN (SELECT token FROM %[5]s WHERE name = election);
 END
 $f$;
-CREATE OR REPLACE FUNCTION %[7]s_released(text) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $f$
-BEGIN
-	RETURN EXISTS (SELECT 1 FROM %[5]s v JOIN %[9]s a ON a.election = v.name AND a.token = v.token
-		WHERE v.name = $1 AND a.expires_at > clock_timestamp());
-END
-$f$;
-`, n.fenced, n.next, n.seq, n.elections, n.vacated, n.leases, n.prev, fenceSlack, n.acks)
+`, n.fenced, n.next, n.seq, n.elections, n.vacated, n.leases, n.prev, fenceSlack)
 }
 
 // seen is what a backend was answered: the generator's highest value and, per election,
