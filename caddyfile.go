@@ -19,6 +19,9 @@ func init() {
 	// Before basic_auth: a follower turns a request away before it costs a password hash,
 	// and the leader's own auth still runs on everything it admits.
 	httpcaddyfile.RegisterDirectiveOrder("leader_gate", httpcaddyfile.Before, "basic_auth")
+	httpcaddyfile.RegisterHandlerDirective("leader_health", parseHealth)
+	// It answers every request itself, as respond does.
+	httpcaddyfile.RegisterDirectiveOrder("leader_health", httpcaddyfile.Before, "respond")
 }
 
 // parseGlobalOption sets up the leader app from the global `leader` option:
@@ -309,6 +312,78 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// parseHealth sets up the handler from the `leader_health` directive; see
+// HealthHandler.UnmarshalCaddyfile.
+func parseHealth(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	hh := new(HealthHandler)
+	if err := hh.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	if _, ok := h.Option("leader").(httpcaddyfile.App); !ok {
+		return nil, h.Err("leader_health needs the global leader option: add `leader { endpoints ... }` to the global options block")
+	}
+	return hh, nil
+}
+
+// UnmarshalCaddyfile sets up the health handler from Caddyfile tokens:
+//
+//	leader_health [<matcher>] [<election>] {
+//		election         <name>
+//		leader_status    <code>
+//		standby_status   <code>
+//		standby_ok
+//		unhealthy_status <code>
+//	}
+//
+// The election is named once, as the argument or in the block.
+func (h *HealthHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive's name
+	if d.NextArg() {
+		h.Election = d.Val()
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		if err := checkElectionName(h.Election); err != nil {
+			return d.Errf("election: %v", err)
+		}
+	}
+	for d.NextBlock(0) {
+		switch opt := d.Val(); opt {
+		case "election":
+			if h.Election != "" {
+				return d.Errf("election: already set to %q", h.Election)
+			}
+			if err := oneArg(d, &h.Election); err != nil {
+				return err
+			}
+			if err := checkElectionName(h.Election); err != nil {
+				return d.Errf("election: %v", err)
+			}
+		case "leader_status", "standby_status", "unhealthy_status":
+			var v string
+			if err := oneArg(d, &v); err != nil {
+				return err
+			}
+			code, err := strconv.Atoi(v)
+			if err != nil {
+				return d.Errf("%s: %q is not a number", opt, v)
+			}
+			if err := checkHealthStatus(code); err != nil {
+				return d.Errf("%s: %v", opt, err)
+			}
+			*map[string]*int{"leader_status": &h.LeaderStatus, "standby_status": &h.StandbyStatus, "unhealthy_status": &h.UnhealthyStatus}[opt] = code
+		case "standby_ok":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.StandbyOK = true
+		default:
+			return d.Errf("unrecognized leader_health option %q", opt)
+		}
+	}
+	return nil
+}
+
 // UnmarshalCaddyfile sets up the matcher from Caddyfile tokens:
 //
 //	leader [<election>]
@@ -449,6 +524,7 @@ var (
 	_ caddyfile.Unmarshaler = (*Matcher)(nil)
 	_ caddyfile.Unmarshaler = (*LeaderUpstreams)(nil)
 	_ caddyfile.Unmarshaler = (*CandidateMatcher)(nil)
+	_ caddyfile.Unmarshaler = (*HealthHandler)(nil)
 )
 
 // UnmarshalCaddyfile sets up the etcd store from the `store etcd` block of the leader
