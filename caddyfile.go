@@ -2,6 +2,7 @@ package caddyleader
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -87,6 +88,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	// Where options that conflict with each other were given, so that the error points at
+	// them rather than at the block's closing brace.
+	var storeAt, etcdAt, preemptAt position
 	for d.NextBlock(0) {
 		switch opt := d.Val(); opt {
 		case "elections":
@@ -137,11 +141,13 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			a.Priority = &n
 		case "preempt":
+			preemptAt = at(d)
 			if d.NextArg() {
 				return d.Err("preempt: takes no value")
 			}
 			a.Preempt = true
 		case "store":
+			storeAt = at(d)
 			if a.StoreRaw != nil {
 				return d.Err("store: given twice")
 			}
@@ -149,6 +155,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			name := d.Val()
+			if _, err := caddy.GetModule("leader.stores." + name); err != nil {
+				return d.Errf("store: %q is not a store; the stores are %s", name, storeNames())
+			}
 			unm, err := caddyfile.UnmarshalModule(d, "leader.stores."+name)
 			if err != nil {
 				return err
@@ -164,18 +173,26 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			a.StepDown = s
 		default:
+			etcdOpt := at(d)
 			if ok, err := a.EtcdStore.unmarshalOption(d, opt); ok || err != nil {
 				if err != nil {
 					return err
+				}
+				if etcdAt.line == 0 {
+					etcdAt = etcdOpt
 				}
 				continue
 			}
 			return d.Errf("unrecognized leader option %q", opt)
 		}
 	}
+	if preemptAt.line != 0 && a.Priority != nil && *a.Priority == 0 {
+		return preemptAt.errf("preempt: an instance with priority 0 never leads, so it cannot preempt; remove preempt or give it a priority above 0")
+	}
 	if a.StoreRaw != nil {
 		if a.EtcdStore.set() {
-			return d.Err("store: the top-level etcd options (endpoints, prefix, dial_timeout, tls, username, password) configure the default store; with store, put them inside store etcd { }")
+			return etcdAt.errf("%s: with `store` (line %d) the top-level etcd options (endpoints, prefix, dial_timeout, tls, username, password) must not be given; put them inside store etcd { }",
+				etcdAt.opt, storeAt.line)
 		}
 		return nil
 	}
@@ -463,6 +480,30 @@ func (m *CandidateMatcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
+}
+
+// position is where an option was given, for an error found after the block is read.
+type position struct {
+	opt, file string
+	line      int
+}
+
+func at(d *caddyfile.Dispenser) position {
+	return position{opt: d.Val(), file: d.File(), line: d.Line()}
+}
+
+// errf is Dispenser.Errf at the option's position.
+func (p position) errf(format string, args ...any) error {
+	return fmt.Errorf(format+", at %s:%d", append(args, p.file, p.line)...)
+}
+
+// storeNames lists the registered stores, for an error that names an unknown one.
+func storeNames() string {
+	var names []string
+	for _, m := range caddy.GetModules("leader.stores") {
+		names = append(names, "`"+m.ID.Name()+"`")
+	}
+	return strings.Join(names, ", ")
 }
 
 func oneArg(d *caddyfile.Dispenser, dst *string) error {
