@@ -34,7 +34,7 @@ Commands:
                           or tell whether it runs (exit status 3 when it does not). Its
                           pid file and log are in .etcd-local/. Its data is DELETED when it
                           stops unless XCADDY_ETCD_DATA names a directory to keep it in.
-  demo [--keep|--manual|--ci] [--store etcd|postgres]
+  demo [--keep|--manual|--ci] [--keep-logs] [--store etcd|postgres]
                           Build ./caddy and ./etcd-local if needed, start a local etcd
                           and three Caddy instances on 127.0.0.1 (demo/Caddyfile), and
                           walk through a handover and a crash, timed. --keep: explore by
@@ -42,7 +42,9 @@ Commands:
                           prompts or colors, check every step, exit non-zero on failure.
                           --store postgres: elect through a local PostgreSQL server
                           instead (needs PostgreSQL installed: apt-get install postgresql).
-                          DEMO_PORT_BASE sets the first port (default: 18080).
+                          --keep-logs: keep the logs on exit (they are deleted otherwise,
+                          unless a step fails). DEMO_PORT_BASE sets the first port
+                          (default: 18080).
   help                    Show this message.
 
 Uses xcaddy from PATH if there is one, else 'go tool -C tools xcaddy' (the version pinned in tools/go.mod).
