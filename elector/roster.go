@@ -23,6 +23,8 @@ type CandidateInfo struct {
 	Healthy bool `json:"healthy"`
 	// Priority ranks the candidate (see priority.go): 0 never campaigns.
 	Priority int `json:"priority"`
+	// Failsafe is the URL of the candidate's failsafe endpoint; empty without failsafe.
+	Failsafe string `json:"failsafe,omitempty"`
 }
 
 // info is what this candidate announces in e now.
@@ -30,7 +32,11 @@ func (e *Election) info() CandidateInfo {
 	e.mu.Lock()
 	healthy := !e.holdUntil.After(e.c.now())
 	e.mu.Unlock()
-	return CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: healthy, Priority: e.c.Priority()}
+	info := CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: healthy, Priority: e.c.Priority()}
+	if f := e.c.cfg.Failsafe; f != nil {
+		info.Failsafe = f.URL
+	}
+	return info
 }
 
 func (i CandidateInfo) encode() []byte {
