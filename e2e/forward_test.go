@@ -204,6 +204,20 @@ func newLoadRun(fleet []*Instance, client *http.Client) *loadRun {
 // markDown takes an instance out of the rotation, as a load balancer's health check would.
 func (l *loadRun) markDown(in *Instance) { l.down.Store(in, true) }
 
+// add puts an instance started during the run into the rotation.
+func (l *loadRun) add(in *Instance) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fleet = append(l.fleet[:len(l.fleet):len(l.fleet)], in)
+}
+
+// targets is the rotation as it is now.
+func (l *loadRun) targets() []*Instance {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fleet
+}
+
 // run sends rate requests per second for d, then waits for every answer.
 func (l *loadRun) run(rate int, d time.Duration) {
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -229,8 +243,9 @@ func (l *loadRun) run(rate int, d time.Duration) {
 
 func (l *loadRun) send(id string) outcome {
 	var err error
-	for attempt := 0; attempt < 2*len(l.fleet); attempt++ {
-		in := l.fleet[int(l.next.Add(1))%len(l.fleet)]
+	fleet := l.targets()
+	for attempt := 0; attempt < 2*len(fleet); attempt++ {
+		in := fleet[int(l.next.Add(1))%len(fleet)]
 		if _, isDown := l.down.Load(in); isDown {
 			continue
 		}

@@ -15,6 +15,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -60,6 +61,13 @@ func TestSafetyPostgres(t *testing.T) {
 // startPGSafetyEnv starts mode's fleet on server, each instance through a fault proxy of
 // its own, and waits for a leader.
 func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode string) *safetyEnv {
+	return startPGEnv(t, server, mode, mode, nil)
+}
+
+// startPGEnv starts a fleet of pgSafetyInstances in follower mode on server, its tables
+// and application names told apart by name, with extra added to every instance's store
+// config (disable_listen, say), and waits for a leader.
+func startPGEnv(t *testing.T, server *pgtest.Server, name, mode string, extra map[string]any) *safetyEnv {
 	t.Helper()
 	env := &safetyEnv{t: t, backend: startBackend(t), links: map[string][]*faultproxy.Proxy{}}
 	env.cfg = Config{Follower: mode, Backend: env.backend.srv.URL, InstanceStore: map[string]map[string]any{}}
@@ -71,18 +79,29 @@ func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode string) *safetyE
 		}
 		t.Cleanup(func() { p.Close() })
 		env.links[id] = []*faultproxy.Proxy{p}
-		env.cfg.InstanceStore[id] = map[string]any{
-			"module":       "postgres",
-			"dsn":          fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=%s", pgtest.Superuser, p.Addr(), pgAppName(mode, id)),
-			"table_prefix": "safety_" + mode + "_",
-		}
+		env.cfg.InstanceStore[id] = pgStoreConfig(server, p.Addr(), name, id, extra)
 	}
 	env.launch(t, pgSafetyInstances)
 	return env
 }
 
-// pgAppName is instance id's application_name in mode's fleet.
-func pgAppName(mode, id string) string { return "safety-" + mode + "-" + id }
+// pgStoreConfig is instance id's store config in the fleet called name, reaching the
+// server at addr.
+func pgStoreConfig(server *pgtest.Server, addr, name, id string, extra map[string]any) map[string]any {
+	c := map[string]any{
+		"module":       "postgres",
+		"dsn":          fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=%s", pgtest.Superuser, addr, pgAppName(name, id)),
+		"table_prefix": pgTablePrefix(name),
+	}
+	maps.Copy(c, extra)
+	return c
+}
+
+// pgTablePrefix is the table prefix of the fleet called name.
+func pgTablePrefix(name string) string { return "safety_" + name + "_" }
+
+// pgAppName is instance id's application_name in the fleet called name.
+func pgAppName(name, id string) string { return "safety-" + name + "-" + id }
 
 // pgSafetyScenarios are the faults, in the order one fleet goes through them.
 func pgSafetyScenarios(server *pgtest.Server, mode string) []safetyScenario {

@@ -39,7 +39,7 @@ func (e *Election) EnterForwarded(token int64) (*Term, bool) {
 	t := e.term.Load()
 	if t.Token == token && t.open(e.c.now()) {
 		if t.Draining {
-			e.lastForwarded.Store(time.Now().UnixNano())
+			e.lastForwarded.Store(int64(time.Since(clockBase)))
 		}
 		return t, true
 	}

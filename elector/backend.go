@@ -38,6 +38,13 @@ type Observation struct {
 	Revision int64
 	// Holder is nil when nobody holds the key.
 	Holder *Holder
+	// Prev is set by a Campaign that created the key: the token of the term that held the
+	// key last before it, the newest one the election ever had. It is how a new holder knows
+	// exactly whose end it must see before it admits, even a term it never saw (its watch
+	// was down, or it has just started). Zero when the store cannot tell (no term held the
+	// key since the store began keeping track, or the store does not say); the new holder
+	// then waits until every term it could not see is certainly over (see settle.go).
+	Prev int64
 	// Err is set (and nothing else) when a watch broke; the watcher must read the key again.
 	Err error
 }
@@ -72,7 +79,8 @@ type Backend interface {
 	// Campaign creates the election's key with value, bound to lease, if and only if the key
 	// does not exist, atomically; either way it returns who holds the key afterwards. Among
 	// concurrent campaigns at most one wins. A new key gets a token greater than every
-	// token the election's key ever had. It fails (ErrLeaseNotFound, or another error) and
+	// token the election's key ever had, and the observation of a created key carries the
+	// token of the term before it in Prev, where the store keeps it. It fails (ErrLeaseNotFound, or another error) and
 	// creates nothing if lease is gone.
 	Campaign(ctx context.Context, election string, value []byte, lease LeaseID) (Observation, error)
 	// Observe reads the election's key without trying to take it. A key whose lease has
@@ -107,7 +115,10 @@ type Backend interface {
 	Released(ctx context.Context, election string, token int64, lease LeaseID) (bool, error)
 	// Release deletes the election's key if its token is still token, and acknowledges
 	// the end of that term (as Acknowledge) in the same transaction, so that a deposed
-	// leader can never delete its successor's key.
+	// leader can never delete its successor's key. It acknowledges even when the key is
+	// gone already (an operator deleted it, or a first try whose answer was lost did): the
+	// elector calls it only once the term has stopped admitting and its own predecessor is
+	// known to have stopped, and the successor must not wait out a TTL for a clean end.
 	Release(ctx context.Context, election string, token int64, lease LeaseID) error
 	// Announce records that candidate id stands in the election, for as long as lease
 	// lives, so that a transfer can tell a live candidate from a typo and an operator can

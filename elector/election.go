@@ -19,7 +19,8 @@ type Election struct {
 
 	term     atomic.Pointer[Term]
 	inflight atomic.Int64 // admitted gated requests that have not finished
-	// lastForwarded is when (Unix ns) a forwarded request last arrived during a handover.
+	// lastForwarded is when a forwarded request last arrived during a handover, in
+	// monotonic nanoseconds since clockBase.
 	lastForwarded atomic.Int64
 	// markKeys holds the MarkKeys of this instance's latest terms, newest first, so that
 	// a forwarded request can be told from a forged one even when it arrives after the
@@ -40,6 +41,11 @@ type Election struct {
 	// the token of this instance's own term while it waits for prev to be over.
 	prev     observedTerm
 	settling int64
+	// own is this instance's latest term, which its next term may follow.
+	own ownTerm
+	// releasingAgain is the token of a released term whose key reappeared and is being
+	// released once more (see releaseAgainLocked).
+	releasingAgain int64
 	// campaign is the newest campaign request this instance sent: the record it wrote
 	// and when it sent it. A term it wins starts its heartbeat deadline from there.
 	campaign struct {
@@ -65,8 +71,9 @@ type Election struct {
 
 	fs electionFailsafe
 
-	// other is the newest term held by another instance, for the history (see history.go).
-	other lastOther
+	// other is the newest term held by another instance, and ownPast the newest of this
+	// instance's that ended, for the history (see history.go).
+	other, ownPast lastOther
 
 	// announced is the lease under which this candidate last announced itself, and
 	// announcedValue what it announced (campaign loop only).

@@ -174,6 +174,16 @@ func (t *Term) failsafeOpen(now time.Time) bool {
 	}
 }
 
+// beatHorizon is how long t may still admit without a heartbeat reaching the store: until
+// its heartbeat deadline, or until its failsafe window if one is open.
+func (t *Term) beatHorizon(now time.Time) time.Duration {
+	d := t.beat.remaining(now)
+	if t.failsafeOpen(now) {
+		d = max(d, t.fs.remaining(now))
+	}
+	return d
+}
+
 // Failsafe message kinds.
 const (
 	// fsConfirm: the leader of a term asks a peer to keep the term alive for a TTL.

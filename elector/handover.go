@@ -63,11 +63,25 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	e.mu.Unlock()
 	e.drain(drained, time.Time{})
 	cancelDrain()
+	// The release acknowledges, and an acknowledgement vouches that nobody admits any
+	// more: not before this term's own predecessor is known to have stopped. A term
+	// still settling lets go once its predecessor's deadline has passed (at most a TTL),
+	// whatever ctx says, since giving up the wait would leave the key held for longer.
+	if !t.pred.isProven() {
+		e.c.log().Info("handing over once the previous leader is known to have stopped",
+			zap.String("election", e.name), zap.Int64("token", t.Token), zap.Duration("at_most", max(0, t.pred.stoppedBy.Sub(e.c.now()))))
+		if !t.pred.wait(e.c.ctx, e.c.now) {
+			return e.c.ctx.Err()
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token, t.lease.id)
 	cancel()
 	if err != nil {
 		e.c.storeFailed("release", err)
+		// Keep trying in the background: a key left held keeps the fleet leaderless
+		// for as long as the lease lives, which would be the whole hold-off.
+		e.c.retryRelease(e.name, t.Token, t.lease)
 		return err
 	}
 	e.mu.Lock()
@@ -112,8 +126,8 @@ func (e *Election) drain(ctx context.Context, announced time.Time) {
 		if announced.IsZero() {
 			return true
 		}
-		last := max(announced.UnixNano(), e.lastForwarded.Load())
-		return time.Since(time.Unix(0, last)) >= handoverGrace
+		last := max(int64(announced.Sub(clockBase)), e.lastForwarded.Load())
+		return time.Since(clockBase)-time.Duration(last) >= handoverGrace
 	}
 	if e.inflight.Load() <= 0 && quiet() {
 		return
@@ -163,6 +177,11 @@ func (e *Election) stop() {
 // waiting (see settle) may start.
 func (e *Election) acknowledgeEnd(ended *Term) {
 	go func() {
+		// An acknowledgement vouches that nobody admits: a term that never settled
+		// waits for its predecessor's deadline first (see predecessor).
+		if ended.pred != nil && !ended.pred.wait(e.c.ctx, e.c.now) {
+			return
+		}
 		ctx, cancel := context.WithTimeout(e.c.ctx, e.c.HandoverTimeout())
 		defer cancel()
 		e.drain(ctx, time.Time{})
@@ -174,6 +193,31 @@ func (e *Election) acknowledgeEnd(ended *Term) {
 			if err == nil || !retry.wait(ctx) {
 				return
 			}
+		}
+	}()
+}
+
+// releaseAgainLocked deletes, in the background, the key of term token that this instance
+// has released already and now sees again, once per sighting that finds no such release
+// under way. e.mu is held.
+func (e *Election) releaseAgainLocked(token int64, l *lease) {
+	if e.releasingAgain == token {
+		return
+	}
+	e.releasingAgain = token
+	go func() {
+		defer func() {
+			e.mu.Lock()
+			if e.releasingAgain == token {
+				e.releasingAgain = 0
+			}
+			e.mu.Unlock()
+		}()
+		rctx, cancel := context.WithTimeout(e.c.ctx, e.c.requestTimeout)
+		defer cancel()
+		if err := e.c.cfg.Backend.Release(rctx, e.name, token, l.id); err != nil {
+			e.c.storeFailed("release", err)
+			e.c.retryRelease(e.name, token, l)
 		}
 	}()
 }

@@ -154,6 +154,9 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 		if l.rewound.Load() {
 			return reasonRewound
 		}
+		if why := l.why.Load(); why != nil {
+			return *why
+		}
 		// A failsafe keeps the lease past its deadline (leaseHorizon), trying to renew it.
 		horizon := c.leaseHorizon(l, now)
 		if horizon <= 0 {

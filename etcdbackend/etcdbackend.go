@@ -320,10 +320,10 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		return elector.Observation{}, err
 	}
 	at := b.mark()
-	key := b.Key(election)
+	key, last := b.Key(election), b.lastTermKey(election)
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(value), clientv3.WithLease(clientv3.LeaseID(lease)))).
+		Then(clientv3.OpGet(last), clientv3.OpPut(key, string(value), clientv3.WithLease(clientv3.LeaseID(lease))), clientv3.OpPut(last, "")).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
@@ -334,11 +334,22 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	}
 	rev := resp.Header.Revision
 	if resp.Succeeded {
-		// The put is the transaction's only write, so the key was created at its revision.
-		return b.termChecked(at, election, elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}})
+		// Every write of a transaction has its revision, so the key was created at it. The
+		// last-term key was written by every term's campaign, so before this one its mod
+		// revision was the previous term's token.
+		o := elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}}
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			o.Prev = kvs[0].ModRevision
+		}
+		return b.termChecked(at, election, o)
 	}
 	return b.termChecked(at, election, observation(rev, resp.Responses[0].GetResponseRange().GetKvs()))
 }
+
+// lastTermKey is rewritten by every campaign that creates the election's key, so that its
+// mod revision is always the newest term's token (see Observation.Prev). It has no lease:
+// it must outlive every term.
+func (b *Backend) lastTermKey(election string) string { return b.Key(election) + "/term" }
 
 // Observe implements elector.Backend.
 func (b *Backend) Observe(ctx context.Context, election string) (elector.Observation, error) {
@@ -479,9 +490,12 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 	if err != nil {
 		return err
 	}
+	// The acknowledgement is written whether or not the key is still this term's: see
+	// elector.Backend.Release.
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
 		Then(clientv3.OpDelete(key), ack).
+		Else(ack).
 		Commit()
 	if err != nil {
 		return b.describe(err)

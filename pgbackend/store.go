@@ -206,6 +206,9 @@ WHERE name = $1 AND token = $2
 
 // Release implements elector.Backend: one statement deletes the key if it is still term
 // token's and records the acknowledgement.
+//
+// The acknowledgement is written whether or not the key was still this term's (see
+// elector.Backend.Release); the data-modifying CTE runs either way.
 func (b *Backend) Release(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
 	if err := b.ready(ctx); err != nil {
 		return err
@@ -214,8 +217,7 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 WITH d AS (DELETE FROM %[1]s WHERE name = $1 AND token = $2 RETURNING lease),
 gc AS (DELETE FROM %[3]s WHERE expires_at <= clock_timestamp())
 INSERT INTO %[3]s (election, token, expires_at)
-SELECT $1, $2, clock_timestamp() + COALESCE(l.ttl_ms, %[4]d) * interval '1 millisecond'
-FROM d LEFT JOIN %[2]s l ON l.id = $3
+SELECT $1, $2, clock_timestamp() + COALESCE((SELECT ttl_ms FROM %[2]s WHERE id = $3), %[4]d) * interval '1 millisecond'
 ON CONFLICT DO NOTHING`, b.names.elections, b.names.leases, b.names.acks, defaultAckTTL.Milliseconds()), election, token, int64(lease))
 	return b.describe(err)
 }

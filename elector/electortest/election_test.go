@@ -3,6 +3,7 @@ package electortest_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +52,16 @@ func meshedFleet(t *testing.T, n int, mesh *electortest.Mesh) (*electortest.Flee
 		}
 		delete(clients, f)
 	})
+	coldStart(t, f, s)
 	return f, s
+}
+
+// coldStart runs s's clock at about real speed until f has a leader: the first winner of
+// an election cannot prove that no term it never saw still admits, and waits a ttl.
+func coldStart(t *testing.T, f *electortest.Fleet, s *electortest.Store) {
+	stop := keepTime(t, s)
+	defer stop()
+	f.Leader(within)
 }
 
 // client is member m's connection to the store.
@@ -75,11 +85,14 @@ func observe(t *testing.T, s *electortest.Store) elector.Observation {
 	return o
 }
 
-// keepTime advances s's clock by ttl/200 every 10ms until the test ends.
-func keepTime(t *testing.T, s *electortest.Store) {
+// keepTime advances s's clock by ttl/200 every 10ms until the test ends, or until the
+// function it returns is called.
+func keepTime(t *testing.T, s *electortest.Store) (stopNow func()) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	t.Cleanup(func() { close(stop); <-done })
+	var once sync.Once
+	stopNow = func() { once.Do(func() { close(stop); <-done }) }
+	t.Cleanup(stopNow)
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -93,6 +106,7 @@ func keepTime(t *testing.T, s *electortest.Store) {
 			}
 		}
 	}()
+	return stopNow
 }
 
 func TestElectionOnFakeStore(t *testing.T) {

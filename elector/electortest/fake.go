@@ -31,6 +31,7 @@ type Store struct {
 	cands     map[string]map[string]candidate // election -> id -> entry
 	acks      map[string]map[int64]time.Time  // election -> token -> when it expires
 	terms     map[string][][]byte             // election -> ended terms, oldest first
+	lastTerm  map[string]int64                // election -> token of its newest term
 	down      error
 	changed   chan struct{} // closed and replaced on every write
 }
@@ -63,6 +64,7 @@ func NewStore() *Store {
 		cands:     make(map[string]map[string]candidate),
 		acks:      make(map[string]map[int64]time.Time),
 		terms:     make(map[string][][]byte),
+		lastTerm:  make(map[string]int64),
 		changed:   make(chan struct{}),
 	}
 }
@@ -283,6 +285,9 @@ func (c *Client) Campaign(ctx context.Context, election string, value []byte, le
 		k := &key{value: clone(value), lease: lease, token: c.s.rev + 1}
 		c.s.keys[election] = k
 		c.s.writeLocked(election, &elector.Holder{Value: clone(value), Lease: lease, Token: k.token})
+		o := c.s.observationLocked(election)
+		o.Prev, c.s.lastTerm[election] = c.s.lastTerm[election], k.token
+		return o, nil
 	}
 	return c.s.observationLocked(election), nil
 }
@@ -405,8 +410,8 @@ func (c *Client) Release(ctx context.Context, election string, token int64, leas
 		return err
 	}
 	defer c.s.mu.Unlock()
+	c.s.ackLocked(election, token, lease)
 	if k, ok := c.s.keys[election]; ok && k.token == token {
-		c.s.ackLocked(election, token, lease)
 		c.s.deleteLocked(election)
 	}
 	return nil
