@@ -49,6 +49,12 @@ type Config struct {
 	// leader_gate runs, X-Admitted-At when the proxy sends the admitted request on (both
 	// `{time.now}`, Go's time.Time format). A Variant is sent as X-Config-Variant.
 	Backend string
+	// FailsafePorts, where it has an entry for an instance's id, turns on the leader
+	// app's failsafe for that instance, listening on 127.0.0.1 at that port.
+	FailsafePorts map[string]int
+	// FailsafeURLs, where it has an entry for an instance's id, is the URL the others
+	// reach that instance's failsafe listener at (a fault proxy, say).
+	FailsafeURLs map[string]string
 }
 
 // JSON renders c as the complete Caddy configuration of instance in:
@@ -135,6 +141,14 @@ func (c Config) JSON(in *Instance) []byte {
 	}
 	if c.DrainTimeout != "" {
 		leaderApp["drain_timeout"] = c.DrainTimeout
+	}
+	if port, ok := c.FailsafePorts[in.ID]; ok {
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		url := "http://" + addr
+		if u, ok := c.FailsafeURLs[in.ID]; ok {
+			url = u
+		}
+		leaderApp["failsafe"] = map[string]any{"listen": addr, "url": url}
 	}
 	cfg := map[string]any{
 		"admin": map[string]any{
