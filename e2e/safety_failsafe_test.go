@@ -10,6 +10,7 @@ package e2e
 //	go test -count=1 -v -run TestSafetyFailsafe ./e2e/
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -43,8 +44,35 @@ func withFailsafe(t *testing.T, links failsafeLinks) func(*Config) {
 	}
 }
 
-// killEtcd kills every etcd member at once.
+// waitRoster waits until the leader's GET /leader/ lists a confirmed failsafe roster of
+// the whole fleet: from then on it can ride out an outage.
+func waitRoster(s *scenarioRun) {
+	s.t.Helper()
+	var status struct {
+		Elections []struct {
+			Failsafe struct {
+				Roster []string `json:"roster"`
+			} `json:"failsafe"`
+		} `json:"elections"`
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := s.leader.admin(http.MethodGet, "/leader/", nil)
+		if err == nil && json.Unmarshal([]byte(resp.Body), &status) == nil &&
+			len(status.Elections) == 1 && len(status.Elections[0].Failsafe.Roster) == len(s.fleet) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s lists no failsafe roster of the fleet: %v %+v", s.leader.ID, err, status)
+		}
+	}
+}
+
+// killEtcd kills every etcd member at once, once the leader can ride it out if the fleet
+// runs with failsafe.
 func killEtcd(s *scenarioRun) {
+	if s.cfg.FailsafePorts != nil {
+		waitRoster(s)
+	}
 	var wg sync.WaitGroup
 	for i := range s.etcd.members {
 		wg.Add(1)
@@ -65,12 +93,7 @@ func restartEtcd(s *scenarioRun) {
 // ttl after the fault until the restart), and how many of the clients' requests failed in
 // all.
 func countOutage(s *scenarioRun, rep *safetyReport) (admitted, failed int) {
-	from, until := s.faultAt.Add(ttl), s.marks["restart"]
-	for _, a := range s.backend.log() {
-		if a.Entered.After(from) && a.Entered.Before(until) {
-			admitted++
-		}
-	}
+	admitted = admittedBetween(s, s.faultAt.Add(ttl), s.marks["restart"])
 	for _, o := range s.load.results {
 		if o.Status != http.StatusOK {
 			failed++
@@ -81,6 +104,26 @@ func countOutage(s *scenarioRun, rep *safetyReport) (admitted, failed int) {
 		rep.Notes += "; " + fmt.Sprint(s.notes)
 	}
 	return admitted, failed
+}
+
+// admittedBetween counts the requests the backend saw admitted between from and until.
+func admittedBetween(s *scenarioRun, from, until time.Time) int {
+	n := 0
+	for _, a := range s.backend.log() {
+		if a.Entered.After(from) && a.Entered.Before(until) {
+			n++
+		}
+	}
+	return n
+}
+
+// ridesOut fails the test unless the leader admitted requests in the last ttl before
+// mark, a moment more than a ttl into an outage of etcd: the failsafe carried it on.
+func ridesOut(t *testing.T, s *scenarioRun, mark string) {
+	t.Helper()
+	if n := admittedBetween(s, s.marks[mark].Add(-ttl), s.marks[mark]); n == 0 {
+		t.Errorf("nothing admitted in the ttl before %q, %s into the outage", mark, fmtDur(s.marks[mark].Sub(s.faultAt)))
+	}
 }
 
 func TestSafetyFailsafe(t *testing.T) {
@@ -101,7 +144,7 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 	const outage = 10 * ttl
 	links := failsafeLinks{}
 	return []safetyScenario{
-		{name: "F1_all_etcd_members_sigkill_10ttl_with_failsafe", load: outage + 6*time.Second, change: mayChange, noErrors: true,
+		{name: "F1_all_etcd_members_sigkill_10ttl_with_failsafe", load: outage + 6*time.Second, change: mayChange, noErrors: true, renews: true,
 			config: withFailsafe(t, links),
 			fault: func(s *scenarioRun) {
 				killEtcd(s)
@@ -126,6 +169,7 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 			config: withFailsafe(t, links),
 			fault: func(s *scenarioRun) {
 				peer := others(s.fleet, s.leader)[0]
+				waitRoster(s)
 				s.cut(s.leader)
 				links[peer.ID].Blackhole()
 				time.Sleep(4 * ttl)
@@ -133,16 +177,20 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 				s.heal(s.leader)
 				s.notes = append(s.notes, fmt.Sprintf("%s cut off from etcd and from %s's failsafe listener for %s", s.leader.ID, peer.ID, 4*ttl))
 			}},
-		{name: "F4_sigstop_leader_2ttl_during_failsafe", load: 6*ttl + 6*time.Second, frozen: true, change: mayChange,
+		{name: "F4_sigstop_leader_2ttl_during_failsafe", load: 6*ttl + 6*time.Second, frozen: true, change: mayChange, renews: true,
 			config: withFailsafe(t, links),
+			check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+				ridesOut(t, s, "sigstop")
+			},
 			fault: func(s *scenarioRun) {
 				killEtcd(s)
 				time.Sleep(2 * ttl)
+				s.mark("sigstop")
 				sigstopFault(s)
 				time.Sleep(2 * ttl)
 				restartEtcd(s)
 			}},
-		{name: "F5_peer_sigkill_during_failsafe", load: 6*ttl + 6*time.Second, change: mayChange,
+		{name: "F5_peer_sigkill_during_failsafe", load: 6*ttl + 6*time.Second, change: mayChange, renews: true,
 			config: withFailsafe(t, links),
 			fault: func(s *scenarioRun) {
 				killEtcd(s)
@@ -156,18 +204,14 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 				restartEtcd(s)
 			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				// One peer gone: the leader stops within a round and the window.
-				late := 0
-				for _, a := range s.backend.log() {
-					if a.Entered.After(s.marks["peer killed"].Add(ttl)) && a.Entered.Before(s.marks["restart"]) {
-						late++
-					}
-				}
+				ridesOut(t, s, "peer killed")
+				late := admittedBetween(s, s.marks["peer killed"].Add(ttl), s.marks["restart"])
 				if late > 0 {
 					t.Errorf("%d requests admitted more than a ttl after a peer died, before etcd was back", late)
 				}
 				rep.Notes = fmt.Sprintf("%d admitted from a ttl after the peer died until etcd was back", late)
 			}},
-		{name: "F6_etcd_back_for_the_followers_only", load: 8*ttl + 6*time.Second, change: mustChange,
+		{name: "F6_etcd_back_for_the_followers_only", load: 8*ttl + 6*time.Second, change: mustChange, renews: true,
 			config: withFailsafe(t, links),
 			fault: func(s *scenarioRun) {
 				killEtcd(s)
@@ -175,7 +219,10 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 				s.cut(s.leader)
 				restartEtcd(s)
 				time.Sleep(4 * ttl) // the leader's lease runs out in etcd; its peers keep it alive
+				s.mark("heal")
 				s.heal(s.leader)
+			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+				ridesOut(t, s, "heal")
 			}},
 	}
 }

@@ -26,10 +26,15 @@ func (e *Election) keepFailsafe(t *Term) {
 	e.fs.mu.Lock()
 	e.fs.rosters, e.fs.active, e.fs.noRoster = nil, false, false
 	e.fs.mu.Unlock()
-	tick := time.NewTicker(l.granted / 3)
+	// Checked every ttl/6: a renewal that is overdue starts the rounds before the lease
+	// deadline, rather than once the request's timeout reports the error.
+	interval := l.granted / 3
+	tick := time.NewTicker(interval / 2)
 	defer tick.Stop()
+	var lastRound time.Time
 	defer e.stopFailsafe(t, "term ended")
 	for {
+		changed := e.Changed() // the term settling is the moment to write its roster
 		cause, trouble := e.c.failsafeState()
 		switch {
 		case t.end.Err() != nil:
@@ -37,12 +42,16 @@ func (e *Election) keepFailsafe(t *Term) {
 		case e.deposed(t):
 			t.fs.clear()
 			return
-		case cause == "" && !e.failsafeActive():
+		case cause == "" && !e.failsafeActive() && !e.overdue(t):
 			e.keepRoster(t)
 		case cause == "" && e.storeConfirms(t):
 			e.stopFailsafe(t, "store reachable again")
 		default:
-			if e.startFailsafe(t, cause) {
+			if cause == "" {
+				cause = "renewal overdue"
+			}
+			if now := e.c.now(); now.Sub(lastRound) >= interval-interval/4 && e.startFailsafe(t, cause) {
+				lastRound = now
 				e.failsafeRound(t)
 			}
 		}
@@ -52,6 +61,7 @@ func (e *Election) keepFailsafe(t *Term) {
 		case <-l.lost:
 			return
 		case <-trouble:
+		case <-changed:
 		case <-tick.C:
 		}
 	}
@@ -71,6 +81,15 @@ func (e *Election) failsafeActive() bool {
 	return e.fs.active
 }
 
+// overdue reports whether t's lease or heartbeat has gone unconfirmed for longer than
+// usual: half its window is gone, while a renewal every ttl/3 keeps more than that. A
+// renewal still on its way may time out; the rounds then begin before the deadline. An
+// answer of the store that ends the term ends it all the same.
+func (e *Election) overdue(t *Term) bool {
+	now, half := e.c.now(), t.lease.granted/2
+	return t.lease.remaining(now) < half || t.beat.remaining(now) < half
+}
+
 // storeConfirms reports whether the store has confirmed t again, both its lease and its
 // heartbeat, recently enough that the failsafe can end.
 func (e *Election) storeConfirms(t *Term) bool {
@@ -88,13 +107,7 @@ func (e *Election) keepRoster(t *Term) {
 	if cur := e.term.Load(); cur.Token != t.Token || cur.Settling || !t.beat.valid(now) {
 		return
 	}
-	e.fs.mu.Lock()
-	if n := len(e.fs.rosters); n > 0 && !e.fs.rosters[n-1].confirmed && e.beatSent(t).After(e.fs.rosters[n-1].written) {
-		last := e.fs.rosters[n-1]
-		last.confirmed = true
-		e.fs.rosters = []heldRoster{last}
-	}
-	e.fs.mu.Unlock()
+	e.confirmRoster(t)
 	list, err := e.Candidates(t.end)
 	if err != nil {
 		return
@@ -119,9 +132,28 @@ func (e *Election) keepRoster(t *Term) {
 		e.c.storeFailed("failsafe roster", err)
 	}
 	// Even a failed write may have landed: the roster counts among those to ask.
+	written := e.c.now()
 	e.fs.mu.Lock()
-	e.fs.rosters = append(e.fs.rosters, heldRoster{fsRoster: r, written: e.c.now()})
+	e.fs.rosters = append(e.fs.rosters, heldRoster{fsRoster: r, written: written})
 	e.fs.mu.Unlock()
+	if err == nil {
+		// A heartbeat now confirms the roster at once, rather than with the next renewal.
+		if ok, _ := e.writeRecord(t.end, t); ok {
+			e.confirmRoster(t)
+		}
+	}
+}
+
+// confirmRoster makes the newest roster the confirmed one if a heartbeat sent after it was
+// written succeeded: t held the key after the write, so a later term's proof reads it.
+func (e *Election) confirmRoster(t *Term) {
+	e.fs.mu.Lock()
+	defer e.fs.mu.Unlock()
+	if n := len(e.fs.rosters); n > 0 && !e.fs.rosters[n-1].confirmed && e.beatSent(t).After(e.fs.rosters[n-1].written) {
+		last := e.fs.rosters[n-1]
+		last.confirmed = true
+		e.fs.rosters = []heldRoster{last}
+	}
 }
 
 // beatSent is when the last successful heartbeat of t was sent.

@@ -47,6 +47,7 @@ type electionFailsafe struct {
 type fsKey struct {
 	token int64
 	key   []byte
+	rec   Record
 }
 
 // noteFailsafeLocked follows the published terms: it remembers their MarkKeys and the
@@ -64,7 +65,7 @@ func (e *Election) noteFailsafeLocked(t *Term) {
 	if t.Leader.MarkKey == "" || len(e.fs.keys) > 0 && e.fs.keys[0].token == t.Token {
 		return
 	}
-	e.fs.keys = append([]fsKey{{t.Token, []byte(t.Leader.MarkKey)}}, e.fs.keys[:min(len(e.fs.keys), keptMarkKeys-1)]...)
+	e.fs.keys = append([]fsKey{{t.Token, []byte(t.Leader.MarkKey), t.Leader}}, e.fs.keys[:min(len(e.fs.keys), keptMarkKeys-1)]...)
 }
 
 // markKeyOf returns the MarkKey of term token if this instance saw it.
@@ -148,6 +149,9 @@ func (e *Election) answer(ctx context.Context, m *fsMessage) fsReply {
 	switch m.Kind {
 	case fsConfirm:
 		r = e.confirm(m, now)
+		if r.Accepted {
+			e.recallLeader(m.Token)
+		}
 	case fsEnd:
 		e.fs.mu.Lock()
 		if e.fs.record.token == m.Token {
@@ -190,6 +194,27 @@ func (e *Election) confirm(m *fsMessage, now time.Time) fsReply {
 	}
 	e.fs.timer = time.AfterFunc(m.TTL, e.kick) // campaign again once it runs out
 	return fsReply{Accepted: true}
+}
+
+// recallLeader publishes the leader of term token again if this instance forgot it when it
+// lost the store before the first round reached it: followers forward to it again.
+func (e *Election) recallLeader(token int64) {
+	e.fs.mu.Lock()
+	var rec Record
+	for _, k := range e.fs.keys {
+		if k.token == token {
+			rec = k.rec
+		}
+	}
+	e.fs.mu.Unlock()
+	if rec.ID == "" {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.term.Load(); t.lease == nil && !t.LeaderKnown() {
+		e.publishLocked(rec, token, nil, "leader confirmed in a failsafe")
+	}
 }
 
 // fence makes this instance confirm nothing older than m.NewToken from now on, stops its
