@@ -19,6 +19,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/caddyleader/caddy-leader/internal/fleet"
 )
 
 // Environment variables of TestSafetySoak.
@@ -49,7 +51,8 @@ const (
 //
 // The faults: SIGKILL and restart, SIGSTOP past the ttl and SIGCONT, a cut or slow link to
 // etcd, SIGTERM and restart, an etcd member's SIGKILL and restart, the election key deleted
-// and the leader's lease revoked by hand. A seeded RNG picks each fault, its target (often
+// and the leader's lease revoked by hand, and an operator's transfer and resign through an
+// instance's admin API. A seeded RNG picks each fault, its target (often
 // the leader) and its duration; a new fault starts every 0.4-1.6s, so they overlap. The
 // instances run one follower mode each (the seed assigns them), so every mode is exercised.
 // Once the faults stop and are repaired, the fleet must agree on a leader that serves.
@@ -80,7 +83,9 @@ func TestSafetySoak(t *testing.T) {
 	env := startSafetyEnv(t, func(c *Config) { c.DrainTimeout = "3s" })
 	s := newSoak(t, env, seed, kinds)
 	defer func() {
+		s.tmu.Lock()
 		t.Logf("soak timeline (seed %d, from %s):\n%s", seed, s.start.Format("15:04:05.000"), strings.Join(s.timeline, "\n"))
+		s.tmu.Unlock()
 		if t.Failed() {
 			t.Logf("election log of every process, in soak time:\n%s", s.electionLogs())
 		}
@@ -141,7 +146,9 @@ type soak struct {
 	pending   []soakRepair
 	frozen    []freezeWindow
 	counts    map[string]int // faults injected, by kind
-	timeline  []string
+
+	tmu      sync.Mutex // the timeline is written by the operators' requests too
+	timeline []string
 
 	loadMu  sync.Mutex
 	results []outcome // the load's outcomes
@@ -194,6 +201,8 @@ func newSoak(t *testing.T, env *safetyEnv, seed int64, kinds []soakFault) *soak 
 }
 
 func (s *soak) event(format string, args ...any) {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
 	s.timeline = append(s.timeline, fmt.Sprintf("%8s  %s", s.at(time.Now()), fmt.Sprintf(format, args...)))
 }
 
@@ -310,6 +319,7 @@ type soakFault struct {
 var soakFaults = []soakFault{
 	{"sigkill", 2}, {"sigstop", 2}, {"cut", 2}, {"slow", 2}, {"sigterm", 2},
 	{"etcd_member_sigkill", 1}, {"key_delete", 1}, {"lease_revoke", 1},
+	{"transfer", 1}, {"resign", 1},
 }
 
 // soakKinds returns the faults a comma-separated list of kinds names; all for "".
@@ -427,6 +437,24 @@ func (s *soak) strike() {
 		} else {
 			s.event("deleted the election key (%d deleted)", resp.Deleted)
 		}
+	case "transfer", "resign":
+		// An operator's request through the admin API of an instance that runs, to
+		// whichever leads (or waits for its predecessor) then. It may be refused or time
+		// out; what counts is that it never lets two instances admit at once.
+		if s.procFault[target] != "" {
+			return
+		}
+		path := "/leader/default/resign?hold_off=1s"
+		if kind == "transfer" {
+			to := s.ids[s.rng.Intn(len(s.ids))]
+			path = "/leader/default/transfer?timeout=" + (3 * ttl).String() + "&to=" + to
+		}
+		url := fmt.Sprintf("http://127.0.0.1:%d%s", in.AdminPort, path)
+		s.event("POST %s to %s (%s)", path, in, role)
+		go func() {
+			resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost, url, nil, 4*ttl)
+			s.event("%s answered %d %v", path, resp.Status, err)
+		}()
 	case "lease_revoke":
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		kv, err := revokeElectionLease(ctx, s.op)

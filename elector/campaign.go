@@ -83,8 +83,13 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead 
 		defer t.Stop()
 		holdOver = t.C
 	}
+	silent := time.NewTimer(e.silenceLeft())
+	defer silent.Stop()
 	for {
 		select {
+		case <-silent.C:
+			e.expireSilent(ctx)
+			silent.Reset(e.silenceLeft())
 		case <-ctx.Done():
 			return nil
 		case <-l.lost:
@@ -108,6 +113,13 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead 
 			if o.Holder == nil {
 				return nil // vacant: campaign at once
 			}
+			if !silent.Stop() {
+				select {
+				case <-silent.C:
+				default:
+				}
+			}
+			silent.Reset(e.silenceLeft())
 		}
 	}
 }

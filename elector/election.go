@@ -19,9 +19,6 @@ type Election struct {
 
 	term     atomic.Pointer[Term]
 	inflight atomic.Int64 // admitted gated requests that have not finished
-	// lastForwarded is when a forwarded request last arrived during a handover, in
-	// monotonic nanoseconds since clockBase.
-	lastForwarded atomic.Int64
 	// markKeys holds the MarkKeys of this instance's latest terms, newest first, so that
 	// a forwarded request can be told from a forged one even when it arrives after the
 	// term it was forwarded to has ended (it is then refused, not forwarded again).
@@ -52,12 +49,8 @@ type Election struct {
 		rec  Record
 		sent time.Time
 	}
-	// writeMu serialises this instance's writes of its own election key (heartbeats and the
-	// handover announcement), so that a heartbeat never undoes the announcement.
+	// writeMu serialises this instance's heartbeats.
 	writeMu sync.Mutex
-	// handoverAnnounced is the token of this instance's term whose handover has been
-	// announced: its heartbeats keep the record's HandingOver mark.
-	handoverAnnounced atomic.Int64
 	// releasing is the token of this instance's term whose release has begun: that term
 	// admits nothing any more (see Term.Releasing).
 	releasing int64

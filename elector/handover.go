@@ -44,12 +44,13 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	if t.lease == nil {
 		return nil
 	}
-	// Tell the fleet first, so that peers stop forwarding here and hold their requests
-	// for the successor; then let what is in flight (and what peers forwarded just
-	// before they heard) finish; then let go.
-	announced := e.announceHandover(ctx, t)
-	drained, cancelDrain := context.WithTimeout(ctx, time.Duration(e.c.drainTimeout.Load())+handoverGrace)
-	e.drain(drained, announced)
+	// Let what is in flight finish, then let go. Peers learn of the handover from the
+	// release itself: a request one of them forwards here meanwhile is admitted while the
+	// term drains, and refused (NotLeaderHeader) once its release has begun, and the peer
+	// then sends it on to the successor. No write or wait of its own stands between the
+	// signal and the release.
+	drained, cancelDrain := context.WithTimeout(ctx, time.Duration(e.c.drainTimeout.Load()))
+	e.drain(drained)
 	// The release acknowledges the end of the term in the same transaction, and the
 	// successor starts as soon as it sees that: close the term to every request first,
 	// forwarded ones included, and for good, so that neither a failed release nor a lost
@@ -61,7 +62,7 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 		e.publishLocked(cur.Leader, cur.Token, cur.lease, "releasing")
 	}
 	e.mu.Unlock()
-	e.drain(drained, time.Time{})
+	e.drain(drained)
 	cancelDrain()
 	// The release acknowledges, and an acknowledgement vouches that nobody admits any
 	// more: not before this term's own predecessor is known to have stopped. A term
@@ -93,23 +94,6 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	return nil
 }
 
-// handoverGrace is how long a leader that announced its handover keeps accepting requests
-// that peers forwarded before they heard of it: the announcement reaches peers through
-// their watch in about one round trip, and a request they sent just before is at most
-// one network hop behind it. The grace starts again with every forwarded request that
-// still arrives, so a slow peer extends it (up to DrainTimeout).
-const handoverGrace = 25 * time.Millisecond
-
-// announceHandover marks the leader record as handing over. It returns when the mark was
-// written, or the zero time if it could not be (the handover then goes on without it).
-func (e *Election) announceHandover(ctx context.Context, t *Term) time.Time {
-	e.handoverAnnounced.Store(t.Token)
-	if ok, err := e.writeRecord(ctx, t); err != nil || !ok {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
 // resignedReasonLocked is why a handover let go of the key: resigned or transferred.
 func (e *Election) resignedReasonLocked() string {
 	if e.resignReason != "" {
@@ -118,25 +102,16 @@ func (e *Election) resignedReasonLocked() string {
 	return "resigned"
 }
 
-// drain waits until no admitted request is in flight and the grace after the handover was
-// announced has passed, or DrainTimeout or ctx ends.
-func (e *Election) drain(ctx context.Context, announced time.Time) {
-	// quiet reports whether peers have had the grace to stop forwarding here.
-	quiet := func() bool {
-		if announced.IsZero() {
-			return true
-		}
-		last := max(int64(announced.Sub(clockBase)), e.lastForwarded.Load())
-		return time.Since(clockBase)-time.Duration(last) >= handoverGrace
-	}
-	if e.inflight.Load() <= 0 && quiet() {
+// drain waits until no admitted request is in flight, or DrainTimeout or ctx ends.
+func (e *Election) drain(ctx context.Context) {
+	if e.inflight.Load() <= 0 {
 		return
 	}
 	deadline := time.NewTimer(time.Duration(e.c.drainTimeout.Load()))
 	defer deadline.Stop()
-	tick := time.NewTicker(2 * time.Millisecond)
+	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	for e.inflight.Load() > 0 || !quiet() {
+	for e.inflight.Load() > 0 {
 		select {
 		case <-ctx.Done():
 			return
@@ -184,7 +159,7 @@ func (e *Election) acknowledgeEnd(ended *Term) {
 		}
 		ctx, cancel := context.WithTimeout(e.c.ctx, e.c.HandoverTimeout())
 		defer cancel()
-		e.drain(ctx, time.Time{})
+		e.drain(ctx)
 		retry := newBackoff(50*time.Millisecond, time.Second)
 		for {
 			rctx, rcancel := context.WithTimeout(ctx, e.c.requestTimeout)

@@ -7,15 +7,13 @@ import (
 	"go.uber.org/zap"
 )
 
-// writeRecord rewrites the key of this instance's term t (its record as it won it, marked
-// as handing over once that was announced) if the key is still t's, and moves t's heartbeat
-// deadline on from the time the write was sent. Followers see every write through their
+// writeRecord rewrites the key of this instance's term t (its record as it won it) if the
+// key is still t's, and moves t's heartbeat deadline on from the time the write was sent. Followers see every write through their
 // watch; see beatWindow for why that matters. It reports whether the key was still t's.
 func (e *Election) writeRecord(ctx context.Context, t *Term) (bool, error) {
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
 	rec := t.Leader
-	rec.HandingOver = e.handoverAnnounced.Load() == t.Token
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
 	sent := e.c.now()

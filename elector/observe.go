@@ -57,7 +57,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		return
 	}
 	if mine == nil {
-		e.prev.saw(h, rec, e.c.now())
+		e.prev.saw(h, rec, e.c.now(), o.Revision)
 		e.own.lastSeen = false
 		if rec.ID == e.c.cfg.ID && !e.c.ours(h.Lease) && e.previousProcessLocked(old, h, rec) {
 			return

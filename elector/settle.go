@@ -11,18 +11,32 @@ type observedTerm struct {
 	token int64
 	lease LeaseID
 	ttl   time.Duration // the TTL its record gave; zero if it gave none
-	// seen is when this instance last saw the term's key (a write of its holder), and
-	// vacated whether it then saw, through the watch, the key go away.
+	// seen is when this instance last saw the term's key (a write of its holder), at
+	// store revision rev, and vacated whether it then saw, through the watch, the key go
+	// away.
 	seen    time.Time
+	rev     int64
 	vacated bool
 }
 
-// saw notes an observation, at now, of the key held by h with record rec.
-func (p *observedTerm) saw(h *Holder, rec Record, now time.Time) {
+// saw notes an observation at store revision rev, at now, of the key held by h with
+// record rec.
+func (p *observedTerm) saw(h *Holder, rec Record, now time.Time, rev int64) {
 	if p.token != h.Token {
 		*p = observedTerm{token: h.Token, lease: h.Lease, ttl: rec.TTL}
 	}
-	p.seen, p.vacated = now, false
+	p.seen, p.rev, p.vacated = now, rev, false
+}
+
+// silentBy is when the holder has certainly stopped admitting if the write this instance
+// saw last (at rev) was its last: a heartbeat admits for beatWindow after it was sent, and
+// it was sent before it was seen.
+func (p observedTerm) silentBy(fallbackTTL time.Duration) time.Time {
+	ttl := p.ttl
+	if ttl <= 0 {
+		ttl = fallbackTTL
+	}
+	return p.seen.Add(beatWindow(ttl) + safetyMargin(ttl))
 }
 
 // stoppedBy is when the holder of the term has certainly stopped admitting, by this host's
@@ -37,11 +51,10 @@ func (p observedTerm) stoppedBy(now time.Time, fallbackTTL time.Duration) time.T
 	if ttl <= 0 {
 		ttl = fallbackTTL
 	}
-	from := now
 	if p.vacated {
-		from = p.seen
+		return p.silentBy(fallbackTTL)
 	}
-	return from.Add(beatWindow(ttl) + safetyMargin(ttl))
+	return now.Add(beatWindow(ttl) + safetyMargin(ttl))
 }
 
 // unseenStoppedBy is when every term that held the key before now, and that this instance
@@ -56,6 +69,11 @@ func unseenStoppedBy(now time.Time, ttl time.Duration) time.Time {
 // predecessor's heartbeat deadline passed without an acknowledgement (it crashed, was cut
 // off, or lost its lease to an operator before it could say it stopped).
 const ReasonPredecessorTimedOut = "elected; the previous leader's deadline passed"
+
+// ReasonUnseenWaitedOut is the reason of a Term that began admitting once a TTL had passed
+// since it found the key vacant, because it could not name or hear from the term before it
+// (a fleet starting cold, a store gone back in time).
+const ReasonUnseenWaitedOut = "elected; waited a ttl for any earlier term it could not see"
 
 // predecessor is what a term of this instance must know before it admits: that every term
 // before it has stopped admitting. It is proven when the term before it acknowledged its
@@ -127,7 +145,13 @@ func (p *predecessor) wait(ctx context.Context, now func() time.Time) bool {
 // found vacant. e.mu is held.
 func (e *Election) predecessorLocked(token int64, o Observation, now time.Time, ttl time.Duration) *predecessor {
 	seen, own := e.prev, e.own
+	seenOther := seen.token != 0 && seen.token != token && !e.c.own(seen.lease)
 	switch {
+	case o.Prev != 0 && seenOther && o.Prev != seen.token:
+		// The store names another term than the last one seen: one came and went unseen
+		// (a newer Prev), or the store went back in time (an older one, whose old
+		// acknowledgement proves nothing of the term seen). Wait both out.
+		return newPredecessor(0, unseenStoppedBy(now, ttl))
 	case o.Prev != 0 && o.Prev == own.token, o.Prev == 0 && seen.token == 0 && own.token != 0 && own.lastSeen:
 		// This instance's own term came last: it stopped admitting before it campaigned
 		// again, but what that term still waited for, this one waits for too.
@@ -135,11 +159,14 @@ func (e *Election) predecessorLocked(token int64, o Observation, now time.Time, 
 			return own.pred
 		}
 		return provenPredecessor
-	case o.Prev != 0 && o.Prev == seen.token, o.Prev == 0 && seen.token != 0 && seen.token != token:
-		if e.c.own(seen.lease) {
-			return provenPredecessor
-		}
+	case seenOther && o.PrevReleased:
+		return provenPredecessor // Prev is the term seen, and it acknowledged its end
+	case seenOther:
 		return newPredecessor(seen.token, seen.stoppedBy(now, ttl))
+	case seen.token != 0 && seen.token != token && (o.Prev == 0 || o.Prev == seen.token):
+		return provenPredecessor // a term under this candidate's own lease
+	case o.PrevReleased:
+		return provenPredecessor // never seen, but it acknowledged its end
 	default:
 		// Never seen: ask for its acknowledgement (a clean shutdown leaves one), and
 		// otherwise wait it out.
@@ -176,6 +203,9 @@ func (e *Election) settle(token int64, p *predecessor) {
 		reason := "elected"
 		if !released && !e.c.now().Before(p.stoppedBy) {
 			released, err, reason = true, nil, ReasonPredecessorTimedOut
+			if p.token == 0 {
+				reason = ReasonUnseenWaitedOut
+			}
 		}
 		if released {
 			p.prove()

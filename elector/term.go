@@ -17,8 +17,10 @@ type Record struct {
 	URL string `json:"url,omitempty"`
 	// Since is when the holder's term began, by the holder's wall clock.
 	Since time.Time `json:"since"`
-	// HandingOver is set by a leader that is about to let go (shutdown, resign): peers
-	// stop sending it requests and wait for its successor instead.
+	// HandingOver was set by a leader that was about to let go (shutdown, resign), in
+	// releases before the handover took one store round trip: peers then stop sending it
+	// requests and wait for its successor. It is still honoured when read, so that a
+	// fleet can be upgraded one instance at a time; this release never writes it.
 	HandingOver bool `json:"handing_over,omitempty"`
 	// MarkKey is the secret of this term with which peers authenticate the requests they
 	// forward to the holder (see Election.EnterForwarded). It is random per campaign, so

@@ -57,6 +57,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"release_by_a_deposed_holder_spares_the_successor", staleRelease},
 		{"release_acknowledges_even_when_the_key_is_gone", releaseAcknowledgesGoneKey},
 		{"campaign_names_the_previous_term", campaignNamesPrev},
+		{"expire_only_a_key_unwritten_since", expireUnwritten},
 		{"revoked_lease_is_seen", revokedLease},
 		{"expired_lease_is_seen", expiredLease},
 		{"renew_keeps_the_lease", renewKeeps},
@@ -696,4 +697,39 @@ func campaignNamesPrev(t *testing.T, h *harness) {
 	}
 	third := h.win(a, la, "a")
 	check(third, second.Holder.Token, "a revoke")
+	// PrevReleased may stay false, but must not claim an acknowledgement that a revoke
+	// never wrote.
+	if third.PrevReleased {
+		t.Fatal("after a revoke: PrevReleased is set, but the revoked term never acknowledged its end")
+	}
+	if second.PrevReleased && second.Prev != first.Holder.Token {
+		t.Fatalf("PrevReleased set for Prev %d, not the released term %d", second.Prev, first.Holder.Token)
+	}
+}
+
+// expireUnwritten: Expire deletes the key only if it is still the term's and nobody wrote it
+// after the revision the caller saw it at.
+func expireUnwritten(t *testing.T, h *harness) {
+	a, la, _ := h.client()
+	b, _, _ := h.client()
+	won := h.win(a, la, "a")
+	if ok, err := a.Update(h.ctx(), h.election, won.Holder.Token, []byte("a, a heartbeat later")); err != nil || !ok {
+		t.Fatalf("Update: %v %v", ok, err)
+	}
+	if ok, err := b.Expire(h.ctx(), h.election, won.Holder.Token, won.Revision); err != nil || ok {
+		t.Fatalf("Expire as of a revision before the last write = %v, %v; want false", ok, err)
+	}
+	seen := h.observe(b)
+	if ok, err := b.Expire(h.ctx(), h.election, won.Holder.Token+1, seen.Revision); err != nil || ok {
+		t.Fatalf("Expire of another token = %v, %v; want false", ok, err)
+	}
+	if got := h.observe(b); got.Holder == nil || got.Holder.Token != won.Holder.Token {
+		t.Fatalf("a refused Expire touched the key: %+v", got.Holder)
+	}
+	if ok, err := b.Expire(h.ctx(), h.election, won.Holder.Token, seen.Revision); err != nil || !ok {
+		t.Fatalf("Expire as of the last write = %v, %v; want true", ok, err)
+	}
+	if got := h.observe(b); got.Holder != nil {
+		t.Fatalf("the key is still held after Expire: %+v", got.Holder)
+	}
 }
