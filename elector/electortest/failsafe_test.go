@@ -2,6 +2,7 @@ package electortest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -226,6 +227,41 @@ func TestUnreachable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := elector.Unreachable(electortest.NewStore().Client(), tc.err); got != tc.want {
 				t.Fatalf("Unreachable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+// A question that does not carry the term's MAC is refused, and changes nothing.
+func TestFailsafeAnswerRefusesForgeries(t *testing.T) {
+	f, s := meshedFleet(t, 2, electortest.NewMesh())
+	keepTime(t, s)
+	leader, token := f.Leader(within)
+	peer := aPeer(f, leader)
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{name: "wrong_mac", body: fmt.Sprintf(`{"kind":"confirm","election":"main","token":%d,"from":%q,"to":%q,"ttl":%d,"at":%d,"nonce":"n","mac":"AAAA"}`,
+			token, leader.ID, peer.ID, int64(ttl), time.Now().UnixNano()), want: "not authenticated"},
+		{name: "unknown_term", body: fmt.Sprintf(`{"kind":"confirm","election":"main","token":%d,"from":%q,"to":%q,"ttl":%d,"at":%d,"nonce":"n"}`,
+			token+100, leader.ID, peer.ID, int64(ttl), time.Now().UnixNano()), want: "unknown term"},
+		{name: "other_election", body: `{"kind":"confirm","election":"other"}`, want: "not a candidate in this election"},
+		{name: "not_json", body: `confirm`, want: "malformed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r struct {
+				Accepted bool   `json:"accepted"`
+				Reason   string `json:"reason"`
+				MAC      []byte `json:"mac"`
+			}
+			if err := json.Unmarshal(peer.Candidate.FailsafeAnswer(context.Background(), []byte(tc.body)), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Accepted || r.Reason != tc.want || r.MAC != nil {
+				t.Fatalf("answer %+v, want a refusal %q without a MAC", r, tc.want)
+			}
+			if st := peer.Election.Failsafe(); st.Confirming != 0 {
+				t.Fatalf("%s keeps term %d alive after a forged question", peer.ID, st.Confirming)
 			}
 		})
 	}
