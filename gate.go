@@ -50,10 +50,13 @@ const (
 //
 // A rejection sets Retry-After and returns an HTTP error, so `handle_errors` can shape the
 // response. A redirect sends the original request URI to the leader's advertise URL. A
-// forward proxies the request to the leader with Caddy's reverse_proxy (streamed bodies,
-// upgrades such as websockets, trailers, X-Forwarded-* headers); it is retried within Hold
-// only when that cannot send it twice (the connection failed, or the method is GET). When
-// no leader is known after Hold, redirect and forward answer 503 with Retry-After.
+// forward proxies the request, with the method and URI the client sent (before any
+// rewrite), to the leader with Caddy's reverse_proxy (streamed bodies, upgrades such as
+// websockets, trailers, X-Forwarded-* headers); it is retried within Hold only when that
+// cannot send it twice (the connection failed, or the method is GET). When no leader is
+// known after Hold, redirect and forward answer 503 with Retry-After. A request that
+// arrived forwarded is never forwarded again, and none is forwarded to this instance's
+// own address (see ForwardedByHeader and heldElsewhereAsSelf).
 //
 // The gate sets these placeholders (the matcher sets them too):
 //

@@ -49,7 +49,7 @@ func (c *Candidate) storeFailed(op string, err error) {
 		}
 	}
 	c.failsafeTrouble(op, err)
-	c.trouble.failed(c.log(), op, err)
+	c.trouble.failed(c.log(), op, err, c.diagnose)
 	if o := c.observe(); o != nil {
 		o.StoreFailed(op, err)
 	}

@@ -98,37 +98,38 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	for attempt := 0; ; attempt++ {
 		m := b.mark(election)
 		var (
-			token, prevDeleted int64
-			prevHeld           *int64
-			inserted           bool
+			token, prev  int64
+			prevReleased bool
 		)
+		// A key inserted anew follows the term last deleted (read after the insert, see
+		// fenceSchema); one taken over from an expired lease follows the term that held it.
 		err := b.pool.QueryRow(ctx, fmt.Sprintf(`
 WITH cur AS (SELECT lease, token FROM %[1]s WHERE name = $1),
 dead AS (
 	DELETE FROM %[2]s WHERE id IN (SELECT lease FROM cur) AND expires_at <= clock_timestamp()
 	RETURNING id
 ),
-tok AS (SELECT %[3]s($4) AS v FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp())
-INSERT INTO %[1]s AS e (name, value, lease, token, rev)
-SELECT $1, $2, $3, v, v FROM tok
-ON CONFLICT (name) DO UPDATE
-	SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev
-	WHERE e.lease IN (SELECT id FROM dead)
-RETURNING token, e.xmax = 0, (SELECT token FROM cur), COALESCE(%[4]s($1), 0)`,
-			b.names.elections, b.names.leases, b.names.fenced, b.names.prev),
-			election, value, int64(lease), b.floor()).Scan(&token, &inserted, &prevHeld, &prevDeleted)
+tok AS (SELECT %[3]s($4) AS v FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp()),
+won AS (
+	INSERT INTO %[1]s AS e (name, value, lease, token, rev)
+	SELECT $1, $2, $3, v, v FROM tok
+	ON CONFLICT (name) DO UPDATE
+		SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev
+		WHERE e.lease IN (SELECT id FROM dead)
+	RETURNING token, COALESCE(CASE WHEN e.xmax = 0 THEN %[4]s($1) ELSE (SELECT token FROM cur) END, 0) AS prev
+)
+SELECT token, prev, EXISTS (SELECT 1 FROM %[5]s a
+	WHERE a.election = $1 AND a.token = won.prev AND a.expires_at > clock_timestamp())
+FROM won`,
+			b.names.elections, b.names.leases, b.names.fenced, b.names.prev, b.names.acks),
+			election, value, int64(lease), b.floor()).Scan(&token, &prev, &prevReleased)
 		switch {
 		case err == nil:
 			h := &elector.Holder{Value: value, Lease: lease, Token: token}
 			if err := b.checkFence(m, election, token, h); err != nil {
 				return elector.Observation{}, err
 			}
-			// A key inserted anew follows the term last deleted; one taken over from an
-			// expired lease follows the term that held it.
-			o := elector.Observation{Revision: token, Holder: h, Prev: prevDeleted}
-			if !inserted && prevHeld != nil {
-				o.Prev = *prevHeld
-			}
+			o := elector.Observation{Revision: token, Holder: h, Prev: prev, PrevReleased: prev != 0 && prevReleased}
 			b.remember(election, reported{o, token})
 			b.noteWritten(election, token, value)
 			return o, nil
