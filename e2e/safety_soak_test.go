@@ -56,9 +56,16 @@ const (
 // the leader) and its duration; a new fault starts every 0.4-1.6s, so they overlap. The
 // instances run one follower mode each (the seed assigns them), so every mode is exercised.
 // Once the faults stop and are repaired, the fleet must agree on a leader that serves.
-func TestSafetySoak(t *testing.T) {
+func TestSafetySoak(t *testing.T) { runSoak(t, 60*time.Second, false) }
+
+// TestSafetySoakFailsafe is a shorter soak of a fleet with failsafe on: the same faults,
+// the same rule.
+func TestSafetySoakFailsafe(t *testing.T) { runSoak(t, 20*time.Second, true) }
+
+// runSoak injects random faults for d (or the duration the environment asks for) into a
+// fleet, with failsafe on if failsafe is set.
+func runSoak(t *testing.T, d time.Duration, failsafe bool) {
 	needCaddy(t)
-	d := 60 * time.Second
 	if v := os.Getenv(soakDurationEnv); v != "" {
 		var err error
 		if d, err = time.ParseDuration(v); err != nil || d <= 0 {
@@ -80,7 +87,12 @@ func TestSafetySoak(t *testing.T) {
 
 	// A graceful stop drains for drain_timeout at most; keep it short so that restarts
 	// after SIGTERM come soon.
-	env := startSafetyEnv(t, func(c *Config) { c.DrainTimeout = "3s" })
+	env := startSafetyEnv(t, func(c *Config) {
+		c.DrainTimeout = "3s"
+		if failsafe {
+			withFailsafe(t, failsafeLinks{})(c)
+		}
+	})
 	s := newSoak(t, env, seed, kinds)
 	defer func() {
 		s.tmu.Lock()

@@ -33,6 +33,9 @@ type Config struct {
 	// Preempt makes this candidate, while healthy, ask a leader of lower priority for a
 	// graceful transfer to itself (see priority.go).
 	Preempt bool
+	// Failsafe, if set, lets a leader ride out an outage of the store while every peer
+	// confirms it (see failsafe.go).
+	Failsafe *FailsafeConfig
 	// Now reads the clock; nil means time.Now. It must return times with a monotonic
 	// reading. Tests move it forward to simulate a pause.
 	Now func() time.Time
@@ -56,6 +59,7 @@ type Candidate struct {
 	lastContact    atomic.Int64 // Unix nanoseconds of the last successful grant or renewal
 	observer       atomic.Pointer[observerBox]
 	prio           priority
+	fs             candidateFailsafe
 
 	ctx    context.Context // cancelled by Close: ends every loop
 	cancel context.CancelFunc
@@ -85,6 +89,9 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 		return nil, errors.New("elector: no backend")
 	case cfg.DrainTimeout < 0:
 		return nil, fmt.Errorf("elector: drain timeout %s is negative", cfg.DrainTimeout)
+	}
+	if err := checkFailsafe(cfg); err != nil {
+		return nil, err
 	}
 	c := &Candidate{
 		cfg:       cfg,

@@ -41,7 +41,8 @@
 // A request admitted just before a deadline can still reach a backend after the successor
 // starts; the fencing token (Term.Token) is how a backend refuses it. A machine whose clocks
 // stop while it is suspended resumes believing its deadlines ahead until its next renewal or
-// watch event. Liveness needs the store: without it nobody leads.
+// watch event. Liveness needs the store: without it nobody leads, unless failsafe mode is on
+// and every candidate confirms the leader (failsafe.go).
 //
 // # Files
 //

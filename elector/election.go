@@ -62,6 +62,8 @@ type Election struct {
 	// completes it, and the intent is then cleared so that the others campaign again.
 	transferHere bool
 
+	fs electionFailsafe
+
 	// other is the newest term held by another instance, and ownPast the newest of this
 	// instance's that ended, for the history (see history.go).
 	other, ownPast lastOther
@@ -87,6 +89,7 @@ func newElection(c *Candidate, name string) *Election {
 		done:    make(chan struct{}),
 		resync:  make(chan struct{}, 1),
 	}
+	e.fs.unknownUntil = c.now().Add(c.cfg.TTL)
 	e.term.Store(&Term{Election: name, Self: c.cfg.ID, Reason: "starting", At: c.now(), end: ended})
 	return e
 }

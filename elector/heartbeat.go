@@ -39,7 +39,7 @@ func (e *Election) keepBeating(t *Term) {
 			// while renewals of the lease succeed: a full disk, a permission taken away).
 			// Polled, since the deadline moves with every heartbeat and the clock may
 			// be a test's.
-			beatOver := time.NewTimer(min(max(t.beat.remaining(now), time.Millisecond), 100*time.Millisecond))
+			beatOver := time.NewTimer(min(max(t.beatHorizon(now), time.Millisecond), 100*time.Millisecond))
 			select {
 			case <-t.end.Done():
 				beatOver.Stop()
@@ -50,7 +50,7 @@ func (e *Election) keepBeating(t *Term) {
 			case <-next:
 				beatOver.Stop()
 			case <-beatOver.C:
-				if !t.beat.valid(e.c.now()) && e.heartbeatLost(t) {
+				if t.beatHorizon(e.c.now()) <= 0 && e.heartbeatLost(t) {
 					return
 				}
 				continue

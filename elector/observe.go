@@ -83,6 +83,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 			go e.settle(h.Token, p)
 		}
 		e.prev = observedTerm{} // over, once this term settles
+		e.startProofLocked(h.Token)
 	}
 	var reason string
 	switch {
@@ -106,6 +107,9 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 	e.publishLocked(rec, h.Token, mine, reason)
 	if newTerm {
 		go e.keepBeating(e.term.Load())
+		if e.c.cfg.Failsafe != nil {
+			go e.keepFailsafe(e.term.Load())
+		}
 	}
 	if old.lease != nil && mine == nil && !e.handing {
 		e.acknowledgeEnd(old)
@@ -161,7 +165,7 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 		Leader:    leader,
 		Token:     token,
 		Draining:  held != nil && e.handing,
-		Settling:  held != nil && token == e.settling,
+		Settling:  held != nil && (token == e.settling || token == e.fs.proving),
 		Releasing: held != nil && token == e.releasing,
 		Reason:    reason,
 		At:        e.c.now(),
@@ -170,7 +174,7 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 	}
 	switch {
 	case held != nil && old.lease == held && old.Token == token:
-		t.end, t.beat, t.pred = old.end, old.beat, old.pred // the same term goes on
+		t.end, t.beat, t.pred, t.fs = old.end, old.beat, old.pred, old.fs // the same term goes on
 	default:
 		if e.endTerm != nil {
 			e.endTerm()
@@ -179,7 +183,7 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 		if held != nil {
 			t.end, e.endTerm = context.WithCancel(context.Background())
 			// The campaign that created the key was the term's first heartbeat.
-			t.beat = &deadline{}
+			t.beat, t.fs = &deadline{}, &deadline{}
 			t.pred = provenPredecessor
 			if e.own.token == token {
 				t.pred = e.own.pred
@@ -190,6 +194,7 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 		}
 	}
 	e.noteHistoryLocked(old, t)
+	e.noteFailsafeLocked(t)
 	e.term.Store(t)
 	close(e.changed)
 	e.changed = make(chan struct{})

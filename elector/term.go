@@ -84,6 +84,9 @@ type Term struct {
 	// beat is how long after its last heartbeat this term may admit (see beatWindow);
 	// shared by every snapshot of the term. Set whenever lease is.
 	beat *deadline
+	// fs is how long a failsafe round let this term admit past those deadlines (see
+	// failsafe.go); shared like beat. Set whenever lease is.
+	fs *deadline
 	// pred is what the term waits for before it admits, and what its end must not
 	// vouch for before it is proven (see predecessor). Set whenever lease is.
 	pred *predecessor
@@ -118,7 +121,8 @@ func (t *Term) Leading(now time.Time) bool {
 // instance holds the key, the term has settled and its release has not begun, and both of
 // its deadlines are ahead (its lease's, and the one its last heartbeat gave it).
 func (t *Term) open(now time.Time) bool {
-	return t.lease != nil && !t.Settling && !t.Releasing && t.lease.valid(now) && t.beat.valid(now)
+	return t.lease != nil && !t.Settling && !t.Releasing &&
+		(t.lease.valid(now) && t.beat.valid(now) || t.failsafeOpen(now))
 }
 
 // LeaderKnown reports whether some instance (perhaps this one) is known to hold the key.

@@ -25,6 +25,11 @@ const (
 var clients = map[*electortest.Fleet][]*electortest.Client{}
 
 func fakeFleet(t *testing.T, n int) (*electortest.Fleet, *electortest.Store) {
+	return meshedFleet(t, n, nil)
+}
+
+// meshedFleet is fakeFleet whose candidates run with failsafe mode over mesh (none if nil).
+func meshedFleet(t *testing.T, n int, mesh *electortest.Mesh) (*electortest.Fleet, *electortest.Store) {
 	s := electortest.NewStore()
 	var cs []*electortest.Client
 	f := electortest.StartFleet(t, electortest.FleetOptions{
@@ -35,7 +40,8 @@ func fakeFleet(t *testing.T, n int) (*electortest.Fleet, *electortest.Store) {
 			cs = append(cs, c)
 			return c
 		},
-		Now: s.Now,
+		Now:  s.Now,
+		Mesh: mesh,
 	})
 	clients[f] = cs
 	// Cleanup runs last-in first-out: the store comes back before the candidates close.

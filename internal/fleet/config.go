@@ -49,6 +49,12 @@ type Config struct {
 	// leader_gate runs, X-Admitted-At when the proxy sends the admitted request on (both
 	// `{time.now}`, Go's time.Time format). A Variant is sent as X-Config-Variant.
 	Backend string
+	// FailsafePorts, where it has an entry for an instance's id, turns on the leader
+	// app's failsafe for that instance, listening on 127.0.0.1 at that port.
+	FailsafePorts map[string]int
+	// FailsafeURLs, where it has an entry for an instance's id, is the URL the others
+	// reach that instance's failsafe listener at (a fault proxy, say).
+	FailsafeURLs map[string]string
 	// HandlePath, when set (say `/api`), moves the gated route under that prefix as
 	// Caddy's handle_path does: `<HandlePath>/gated*` is matched and the prefix stripped
 	// before the gate, and `/gated*` alone is not routed at all.
@@ -148,6 +154,14 @@ func (c Config) JSON(in *Instance) []byte {
 	}
 	if c.DrainTimeout != "" {
 		leaderApp["drain_timeout"] = c.DrainTimeout
+	}
+	if port, ok := c.FailsafePorts[in.ID]; ok {
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		url := "http://" + addr
+		if u, ok := c.FailsafeURLs[in.ID]; ok {
+			url = u
+		}
+		leaderApp["failsafe"] = map[string]any{"listen": addr, "url": url}
 	}
 	server := map[string]any{
 		"listen":          []string{fmt.Sprintf("127.0.0.1:%d", in.HTTPPort)},
