@@ -74,6 +74,18 @@ type ElectionStatus struct {
 	LastContact time.Time `json:"last_etcd_contact,omitzero"`
 	// InFlight counts the gated requests this instance admitted that are still running.
 	InFlight int64 `json:"in_flight"`
+	// Healthy is what the leader_health handler and the leader_candidate matcher test: this
+	// instance takes part and its lease is live. A held-off instance is healthy.
+	Healthy bool `json:"healthy"`
+	// Priority is this instance's priority option; 0 never leads.
+	Priority int `json:"priority"`
+	// Preempt is this instance's preempt option.
+	Preempt bool `json:"preempt,omitempty"`
+	// HoldOff is how long this instance still stays out of the election after a resign or
+	// a step-down, in seconds; 0 when it is free to campaign.
+	HoldOff float64 `json:"hold_off_seconds"`
+	// Leaving is set while this instance leaves the election (a graceful stop).
+	Leaving bool `json:"leaving,omitempty"`
 	// Reason says why the last change of this election's state happened.
 	Reason string `json:"reason"`
 	// Changed is when that change happened.
@@ -91,11 +103,18 @@ type CandidateStatus struct {
 	ID string `json:"id"`
 	// URL is the candidate's advertise URL.
 	URL string `json:"url,omitempty"`
-	// Healthy is false while the candidate stays out of the election (it resigned with a
-	// hold-off, stepped down for an unhealthy service, or is leaving).
+	// Healthy means what it means for this instance (see ElectionStatus.Healthy): the
+	// candidate takes part (its registry entry lives with its lease) and is not leaving. A
+	// held-off candidate is healthy.
 	Healthy bool `json:"healthy"`
 	// Priority is the candidate's priority option; 0 never campaigns.
 	Priority int `json:"priority"`
+	// Preempt is the candidate's preempt option.
+	Preempt bool `json:"preempt,omitempty"`
+	// HoldOffUntil is when the candidate's hold-off ends, while it is held off.
+	HoldOffUntil time.Time `json:"hold_off_until,omitzero"`
+	// Leaving is set while the candidate leaves the election (a graceful stop).
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // withCandidates adds the election's live candidates to s, reading the store's registry.
@@ -107,7 +126,8 @@ func withCandidates(ctx context.Context, s ElectionStatus, e *elector.Election) 
 		return s
 	}
 	for _, c := range list {
-		s.Candidates = append(s.Candidates, CandidateStatus{ID: c.ID, URL: c.URL, Healthy: c.Healthy, Priority: c.Priority})
+		s.Candidates = append(s.Candidates, CandidateStatus{ID: c.ID, URL: c.URL, Healthy: !c.Leaving, Priority: c.Priority,
+			Preempt: c.Preempt, HoldOffUntil: c.HoldOffUntil, Leaving: c.Leaving})
 	}
 	return s
 }
@@ -123,6 +143,7 @@ func statusOf(e *elector.Election, now time.Time) ElectionStatus {
 	case t.LeaderKnown():
 		role = "follower"
 	}
+	holdOff, leaving := e.HoldOff()
 	return ElectionStatus{
 		Election:       t.Election,
 		Self:           t.Self,
@@ -134,6 +155,11 @@ func statusOf(e *elector.Election, now time.Time) ElectionStatus {
 		LeaseRemaining: e.Candidate().LeaseRemaining().Seconds(),
 		LastContact:    e.Candidate().LastContact(),
 		InFlight:       e.InFlight(),
+		Healthy:        e.Healthy(),
+		Priority:       e.Candidate().Priority(),
+		Preempt:        e.Candidate().Preempts(),
+		HoldOff:        holdOff.Seconds(),
+		Leaving:        leaving,
 		Reason:         t.Reason,
 		Changed:        t.At,
 	}
@@ -247,12 +273,12 @@ func resign(w http.ResponseWriter, r *http.Request, name string) error {
 	result := map[string]any{"election": name, "token": t.Token, "hold_off": holdOff.String()}
 	if t.Holds() {
 		if err := e.Resign(ctx, holdOff); err != nil {
-			return caddy.APIError{HTTPStatus: http.StatusBadGateway, Err: fmt.Errorf("resigning election %q: %v", name, err)}
+			return refusal(fmt.Errorf("resigning election %q: %w", name, err))
 		}
 		result["resigned"] = t.Self
 	} else {
 		if err := e.RequestResign(ctx, holdOff); err != nil {
-			return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("asking the leader of election %q to resign: %v", name, err)}
+			return refusal(fmt.Errorf("asking the leader of election %q to resign: %w", name, err))
 		}
 		result["asked"] = t.Leader.ID
 		w.WriteHeader(http.StatusAccepted)
@@ -276,15 +302,55 @@ func transfer(w http.ResponseWriter, r *http.Request, name string) error {
 	}
 	from := e.Term().Leader.ID
 	if err := e.Transfer(r.Context(), to, timeout); err != nil {
-		status := http.StatusGatewayTimeout
-		if errors.Is(err, elector.ErrNotCandidate) {
-			status = http.StatusBadRequest
-		}
-		return caddy.APIError{HTTPStatus: status, Err: err}
+		return refusal(err)
 	}
 	t := e.Term()
+	result := map[string]any{"election": name, "from": from, "leader": t.Leader.ID, "token": t.Token}
+	if list, err := e.Candidates(r.Context()); err == nil {
+		if warning := preemptedTransfer(list, to); warning != "" {
+			result["warning"] = warning
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(map[string]any{"election": name, "from": from, "leader": t.Leader.ID, "token": t.Token})
+	return json.NewEncoder(w).Encode(result)
+}
+
+// refusal turns the error of a resign or transfer into the admin API's answer: a request
+// that cannot be honoured is a 4xx that says why, a transfer that ran out of time a 504,
+// and a store that failed a 502.
+func refusal(err error) error {
+	status := http.StatusBadGateway
+	switch {
+	case errors.Is(err, elector.ErrNotCandidate):
+		status = http.StatusBadRequest
+	case errors.Is(err, elector.ErrNeverLeads), errors.Is(err, elector.ErrNoLeader):
+		status = http.StatusConflict
+	case errors.Is(err, elector.ErrTransferTimeout), errors.Is(err, context.DeadlineExceeded):
+		status = http.StatusGatewayTimeout
+	}
+	return caddy.APIError{HTTPStatus: status, Err: err}
+}
+
+// preemptedTransfer says, when a healthy candidate with preempt outranks to, that it will
+// take leadership back from to at once (or when its hold-off ends); else "".
+func preemptedTransfer(list []elector.CandidateInfo, to string) string {
+	target := -1
+	for _, c := range list {
+		if c.ID == to {
+			target = c.Priority
+		}
+	}
+	for _, c := range list {
+		if c.ID == to || !c.Preempt || c.Leaving || c.Priority <= target {
+			continue
+		}
+		when := "at once"
+		if !c.HoldOffUntil.IsZero() {
+			when = "when its hold-off ends at " + c.HoldOffUntil.UTC().Format(time.RFC3339)
+		}
+		return fmt.Sprintf("%s has priority %d and preempt, above %s's %d: it will take leadership back %s", c.ID, c.Priority, to, target, when)
+	}
+	return ""
 }
 
 // Interface guards

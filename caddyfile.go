@@ -2,6 +2,7 @@ package caddyleader
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,9 @@ func init() {
 	// Before basic_auth: a follower turns a request away before it costs a password hash,
 	// and the leader's own auth still runs on everything it admits.
 	httpcaddyfile.RegisterDirectiveOrder("leader_gate", httpcaddyfile.Before, "basic_auth")
+	httpcaddyfile.RegisterHandlerDirective("leader_health", parseHealth)
+	// It answers every request itself, as respond does.
+	httpcaddyfile.RegisterDirectiveOrder("leader_health", httpcaddyfile.Before, "respond")
 }
 
 // parseGlobalOption sets up the leader app from the global `leader` option:
@@ -84,6 +88,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	// Where options that conflict with each other were given, so that the error points at
+	// them rather than at the block's closing brace.
+	var storeAt, etcdAt, preemptAt position
 	for d.NextBlock(0) {
 		switch opt := d.Val(); opt {
 		case "elections":
@@ -134,11 +141,13 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			a.Priority = &n
 		case "preempt":
+			preemptAt = at(d)
 			if d.NextArg() {
 				return d.Err("preempt: takes no value")
 			}
 			a.Preempt = true
 		case "store":
+			storeAt = at(d)
 			if a.StoreRaw != nil {
 				return d.Err("store: given twice")
 			}
@@ -146,6 +155,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			name := d.Val()
+			if _, err := caddy.GetModule("leader.stores." + name); err != nil {
+				return d.Errf("store: %q is not a store; the stores are %s", name, storeNames())
+			}
 			unm, err := caddyfile.UnmarshalModule(d, "leader.stores."+name)
 			if err != nil {
 				return err
@@ -161,18 +173,26 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			a.StepDown = s
 		default:
+			etcdOpt := at(d)
 			if ok, err := a.EtcdStore.unmarshalOption(d, opt); ok || err != nil {
 				if err != nil {
 					return err
+				}
+				if etcdAt.line == 0 {
+					etcdAt = etcdOpt
 				}
 				continue
 			}
 			return d.Errf("unrecognized leader option %q", opt)
 		}
 	}
+	if preemptAt.line != 0 && a.Priority != nil && *a.Priority == 0 {
+		return preemptAt.errf("preempt: an instance with priority 0 never leads, so it cannot preempt; remove preempt or give it a priority above 0")
+	}
 	if a.StoreRaw != nil {
 		if a.EtcdStore.set() {
-			return d.Err("store: the top-level etcd options (endpoints, prefix, dial_timeout, tls, username, password) configure the default store; with store, put them inside store etcd { }")
+			return etcdAt.errf("%s: with `store` (line %d) the top-level etcd options (endpoints, prefix, dial_timeout, tls, username, password) must not be given; put them inside store etcd { }",
+				etcdAt.opt, storeAt.line)
 		}
 		return nil
 	}
@@ -309,6 +329,78 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// parseHealth sets up the handler from the `leader_health` directive; see
+// HealthHandler.UnmarshalCaddyfile.
+func parseHealth(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	hh := new(HealthHandler)
+	if err := hh.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	if _, ok := h.Option("leader").(httpcaddyfile.App); !ok {
+		return nil, h.Err("leader_health needs the global leader option: add `leader { endpoints ... }` to the global options block")
+	}
+	return hh, nil
+}
+
+// UnmarshalCaddyfile sets up the health handler from Caddyfile tokens:
+//
+//	leader_health [<matcher>] [<election>] {
+//		election         <name>
+//		leader_status    <code>
+//		standby_status   <code>
+//		standby_ok
+//		unhealthy_status <code>
+//	}
+//
+// The election is named once, as the argument or in the block.
+func (h *HealthHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive's name
+	if d.NextArg() {
+		h.Election = d.Val()
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		if err := checkElectionName(h.Election); err != nil {
+			return d.Errf("election: %v", err)
+		}
+	}
+	for d.NextBlock(0) {
+		switch opt := d.Val(); opt {
+		case "election":
+			if h.Election != "" {
+				return d.Errf("election: already set to %q", h.Election)
+			}
+			if err := oneArg(d, &h.Election); err != nil {
+				return err
+			}
+			if err := checkElectionName(h.Election); err != nil {
+				return d.Errf("election: %v", err)
+			}
+		case "leader_status", "standby_status", "unhealthy_status":
+			var v string
+			if err := oneArg(d, &v); err != nil {
+				return err
+			}
+			code, err := strconv.Atoi(v)
+			if err != nil {
+				return d.Errf("%s: %q is not a number", opt, v)
+			}
+			if err := checkHealthStatus(code); err != nil {
+				return d.Errf("%s: %v", opt, err)
+			}
+			*map[string]*int{"leader_status": &h.LeaderStatus, "standby_status": &h.StandbyStatus, "unhealthy_status": &h.UnhealthyStatus}[opt] = code
+		case "standby_ok":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.StandbyOK = true
+		default:
+			return d.Errf("unrecognized leader_health option %q", opt)
+		}
+	}
+	return nil
+}
+
 // UnmarshalCaddyfile sets up the matcher from Caddyfile tokens:
 //
 //	leader [<election>]
@@ -390,6 +482,30 @@ func (m *CandidateMatcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// position is where an option was given, for an error found after the block is read.
+type position struct {
+	opt, file string
+	line      int
+}
+
+func at(d *caddyfile.Dispenser) position {
+	return position{opt: d.Val(), file: d.File(), line: d.Line()}
+}
+
+// errf is Dispenser.Errf at the option's position.
+func (p position) errf(format string, args ...any) error {
+	return fmt.Errorf(format+", at %s:%d", append(args, p.file, p.line)...)
+}
+
+// storeNames lists the registered stores, for an error that names an unknown one.
+func storeNames() string {
+	var names []string
+	for _, m := range caddy.GetModules("leader.stores") {
+		names = append(names, "`"+m.ID.Name()+"`")
+	}
+	return strings.Join(names, ", ")
+}
+
 func oneArg(d *caddyfile.Dispenser, dst *string) error {
 	opt := d.Val()
 	if !d.NextArg() {
@@ -449,6 +565,7 @@ var (
 	_ caddyfile.Unmarshaler = (*Matcher)(nil)
 	_ caddyfile.Unmarshaler = (*LeaderUpstreams)(nil)
 	_ caddyfile.Unmarshaler = (*CandidateMatcher)(nil)
+	_ caddyfile.Unmarshaler = (*HealthHandler)(nil)
 )
 
 // UnmarshalCaddyfile sets up the etcd store from the `store etcd` block of the leader

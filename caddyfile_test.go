@@ -290,6 +290,8 @@ func TestAppProvisionErrors(t *testing.T) {
 		{name: "instance_id_with_space", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, InstanceID: "node a"}, wantErr: `instance_id: "node a" contains white space`},
 		{name: "dial_timeout_negative", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}, DialTimeout: caddy.Duration(-time.Second)}}, wantErr: "dial_timeout: -1s is negative"},
 		{name: "drain_timeout_negative", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, DrainTimeout: caddy.Duration(-time.Second)}, wantErr: "drain_timeout: -1s is negative"},
+		{name: "priority_0_with_preempt", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, Priority: new(0), Preempt: true}, wantErr: "preempt: an instance with priority 0 never leads"},
+		{name: "endpoints_with_a_comma", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379,127.0.0.1:2380"}}}, wantErr: "separate endpoints with spaces"},
 		{name: "ttl_negative", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:2379"}}, TTL: caddy.Duration(-time.Second)}, wantErr: "ttl: -1s is below the minimum of 1s"},
 		{name: "endpoint_port_out_of_range", app: App{EtcdStore: EtcdStore{Endpoints: []string{"127.0.0.1:99999"}}}, wantErr: `endpoints: endpoint "127.0.0.1:99999": port "99999" is not a number from 1 to 65535`},
 		{name: "endpoint_url_port_out_of_range", app: App{EtcdStore: EtcdStore{Endpoints: []string{"https://etcd:70000"}}}, wantErr: `endpoints: endpoint "https://etcd:70000": port "70000"`},

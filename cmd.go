@@ -79,7 +79,8 @@ func electionFlag(c *cobra.Command) {
 func leaderSubcommand(name, usage, short string, flags func(*cobra.Command),
 	run func(fl caddycmd.Flags, out io.Writer, adminAddr string) error,
 ) *cobra.Command {
-	c := &cobra.Command{Use: name + " " + usage, Short: short, Args: cobra.NoArgs}
+	// Errors are printed by the command itself, as plain sentences.
+	c := &cobra.Command{Use: name + " " + usage, Short: short, Args: cobra.NoArgs, SilenceErrors: true}
 	c.Flags().StringP("config", "c", "", "Configuration file to read the admin address from, if --address is not used")
 	c.Flags().StringP("adapter", "a", "", "Name of config adapter to apply (when --config is used)")
 	c.Flags().String("address", "", "The address of the admin API, if not the default")
@@ -90,7 +91,10 @@ func leaderSubcommand(name, usage, short string, flags func(*cobra.Command),
 			return caddy.ExitCodeFailedStartup, fmt.Errorf("couldn't determine admin API address: %v", err)
 		}
 		if err := run(fl, os.Stdout, addr); err != nil {
-			return caddy.ExitCodeFailedQuit, err
+			// A plain sentence on stderr, not a JSON log line with the API's answer quoted
+			// inside it.
+			fmt.Fprintf(os.Stderr, "caddy leader %s: %v\n", name, err)
+			return caddy.ExitCodeFailedQuit, nil
 		}
 		return caddy.ExitCodeSuccess, nil
 	})
@@ -103,13 +107,32 @@ func leaderSubcommand(name, usage, short string, flags func(*cobra.Command),
 func adminCall(adminAddr, method, uri string, into any) error {
 	resp, err := caddycmd.AdminAPIRequest(adminAddr, method, uri, nil, nil)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, uri, err)
+		return plainAdminError(err)
 	}
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
 		return fmt.Errorf("%s %s: HTTP %d with an answer that is not JSON: %v", method, uri, resp.StatusCode, err)
 	}
 	return nil
+}
+
+// plainAdminError turns the error of caddycmd.AdminAPIRequest, which quotes the admin API's
+// JSON answer ("caddy responded with error: HTTP 409: {\"error\":\"...\"}"), into the
+// sentence the API sent and its status.
+func plainAdminError(err error) error {
+	msg := err.Error()
+	rest, ok := strings.CutPrefix(msg, "caddy responded with error: HTTP ")
+	if !ok {
+		return fmt.Errorf("the admin API did not answer: %s", msg)
+	}
+	code, body, _ := strings.Cut(rest, ": ")
+	var answer struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal([]byte(body), &answer) == nil && answer.Error != "" {
+		body = answer.Error
+	}
+	return fmt.Errorf("%s (HTTP %s)", strings.TrimSpace(body), code)
 }
 
 func fetchElections(adminAddr string) ([]ElectionStatus, error) {
@@ -137,17 +160,17 @@ func leaderStatus(out io.Writer, adminAddr string, asJSON bool) error {
 }
 
 // printStatusTable writes one row per candidate of every election, like `patronictl list`:
-// this instance first, then the other live candidates the store's registry lists. Lease and
-// last contact are known for this instance only. Healthy means the candidate can lead or take
-// over: for this instance, its own lease is live; for the others, they announce that they do
-// not stay out of the election.
+// this instance first, marked with *, then the other live candidates the store's registry
+// lists. Lease and last contact are known for this instance only. HEALTHY means what the
+// leader_health handler tests: the candidate takes part and its lease is live, whether it
+// is held off or not (HOLD-OFF shows that).
 func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ELECTION\tCANDIDATE\tROLE\tLEADER\tTOKEN\tLEASE LEFT\tLAST CONTACT\tHEALTHY\tURL")
+	fmt.Fprintln(tw, "ELECTION\tCANDIDATE\tROLE\tLEADER\tTOKEN\tPRIORITY\tHOLD-OFF\tLEASE LEFT\tLAST CONTACT\tHEALTHY\tURL")
 	for _, e := range elections {
 		leader, token, contact := e.LeaderID, strconv.FormatInt(e.Token, 10), "never"
 		if leader == "" {
-			leader = "-"
+			leader = "none"
 		}
 		if e.Token == 0 {
 			token = "-"
@@ -155,17 +178,23 @@ func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) 
 		if !e.LastContact.IsZero() {
 			contact = now.Sub(e.LastContact).Round(100*time.Millisecond).String() + " ago"
 		}
-		healthy, url := e.LeaseRemaining > 0, e.LeaderURL
+		url := e.LeaderURL
 		if e.LeaderID != e.Self {
 			url = ""
 		}
 		for _, c := range e.Candidates {
 			if c.ID == e.Self {
-				healthy, url = healthy && c.Healthy, c.URL
+				url = c.URL
 			}
 		}
+		role := e.Role
+		if role != "leader" && role != "handing_over" && e.Priority == 0 {
+			role = "never leads"
+		}
+		holdOff := holdOffCell(time.Duration(e.HoldOff*float64(time.Second)), e.Leaving)
 		lease := (time.Duration(e.LeaseRemaining * float64(time.Second))).Round(100 * time.Millisecond)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Election, e.Self, e.Role, leader, token, lease, contact, yesNo(healthy), dash(url))
+		fmt.Fprintf(tw, "%s\t%s *\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Election, e.Self, role, leader, token,
+			priorityCell(e.Priority, e.Preempt), holdOff, lease, contact, yesNo(e.Healthy), dash(url))
 		for _, c := range e.Candidates {
 			if c.ID == e.Self {
 				continue
@@ -174,16 +203,51 @@ func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) 
 			switch {
 			case c.ID == e.LeaderID:
 				role = "leader"
+			case c.Priority == 0:
+				role = "never leads"
 			case e.LeaderID == "":
 				role = "candidate"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t%s\t%s\n", e.Election, c.ID, role, leader, token, yesNo(c.Healthy), dash(c.URL))
+			var left time.Duration
+			if !c.HoldOffUntil.IsZero() {
+				left = c.HoldOffUntil.Sub(now)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t-\t-\t%s\t%s\n", e.Election, c.ID, role, leader, token,
+				priorityCell(c.Priority, c.Preempt), holdOffCell(left, c.Leaving), yesNo(c.Healthy), dash(c.URL))
 		}
 		if e.CandidatesError != "" {
 			fmt.Fprintf(tw, "%s\t(the other candidates are unknown: %s)\n", e.Election, e.CandidatesError)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(elections) > 0 {
+		_, err := fmt.Fprintln(out, "* the instance asked")
+		return err
+	}
+	return nil
+}
+
+// priorityCell shows a priority, and preempt when it is set.
+func priorityCell(p int, preempt bool) string {
+	s := strconv.Itoa(p)
+	if preempt {
+		s += " preempt"
+	}
+	return s
+}
+
+// holdOffCell shows how long a candidate still stays out of the election.
+func holdOffCell(left time.Duration, leaving bool) string {
+	switch {
+	case leaving:
+		return "leaving"
+	case left <= 0:
+		return "-"
+	default:
+		return left.Round(time.Second).String()
+	}
 }
 
 func yesNo(b bool) string {
@@ -293,14 +357,24 @@ func leaderTransfer(out io.Writer, adminAddr, election, to string) error {
 		return err
 	}
 	var result struct {
-		From   string `json:"from"`
-		Leader string `json:"leader"`
-		Token  int64  `json:"token"`
+		From    string `json:"from"`
+		Leader  string `json:"leader"`
+		Token   int64  `json:"token"`
+		Warning string `json:"warning"`
 	}
 	uri := "/leader/" + url.PathEscape(election) + "/transfer?" + url.Values{"to": {to}}.Encode()
 	if err := adminCall(adminAddr, http.MethodPost, uri, &result); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(out, "election %s: %s leads now (term %d), was %s\n", election, result.Leader, result.Token, result.From)
+	from := result.From
+	if from == "" {
+		from = "nobody"
+	}
+	if _, err = fmt.Fprintf(out, "election %s: %s leads now (term %d); before, %s led\n", election, result.Leader, result.Token, from); err != nil {
+		return err
+	}
+	if result.Warning != "" {
+		_, err = fmt.Fprintf(out, "warning: %s\n", result.Warning)
+	}
 	return err
 }

@@ -3,7 +3,9 @@ package caddyleader
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -76,19 +78,19 @@ func TestLeaderCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		if len(lines) != 2 {
-			t.Fatalf("status printed %d lines, want header and one row:\n%s", len(lines), out.String())
+		if len(lines) != 3 || lines[2] != "* the instance asked" {
+			t.Fatalf("status printed %d lines, want header, one row and the key to *:\n%s", len(lines), out.String())
 		}
 		header := strings.Fields(lines[0])
-		wantHeader := []string{"ELECTION", "CANDIDATE", "ROLE", "LEADER", "TOKEN", "LEASE", "LEFT", "LAST", "CONTACT", "HEALTHY", "URL"}
+		wantHeader := []string{"ELECTION", "CANDIDATE", "ROLE", "LEADER", "TOKEN", "PRIORITY", "HOLD-OFF", "LEASE", "LEFT", "LAST", "CONTACT", "HEALTHY", "URL"}
 		if strings.Join(header, " ") != strings.Join(wantHeader, " ") {
 			t.Errorf("header = %q", lines[0])
 		}
 		row := strings.Fields(lines[1])
 		token := fmt.Sprint(status(t).Token)
-		if len(row) != 10 || row[0] != "cmd" || row[1] != "cmd-node" || row[2] != "leader" || row[3] != "cmd-node" ||
-			row[4] != token || row[6] != "ago" && row[7] != "ago" || row[8] != "yes" || row[9] != "http://127.0.0.1:1" {
-			t.Errorf("row = %q, want cmd cmd-node leader cmd-node %s <lease> <contact> ago yes http://127.0.0.1:1", lines[1], token)
+		if len(row) != 13 || row[0] != "cmd" || row[1] != "cmd-node" || row[2] != "*" || row[3] != "leader" || row[4] != "cmd-node" ||
+			row[5] != token || row[6] != "7" || row[7] != "-" || row[10] != "ago" || row[11] != "yes" || row[12] != "http://127.0.0.1:1" {
+			t.Errorf("row = %q, want cmd cmd-node * leader cmd-node %s 7 - <lease> <contact> ago yes http://127.0.0.1:1", lines[1], token)
 		}
 	})
 
@@ -102,6 +104,7 @@ func TestLeaderCommand(t *testing.T) {
 		_, peer := fleet.StartCandidate(t, elector.Config{ID: "peer", URL: "http://127.0.0.1:2", TTL: 2 * time.Second, Backend: backend}, "cmd")
 		row := func(want string) string {
 			t.Helper()
+			re := regexp.MustCompile("^" + want + "$")
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				var out bytes.Buffer
@@ -109,7 +112,7 @@ func TestLeaderCommand(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, line := range strings.Split(out.String(), "\n") {
-					if f := strings.Fields(line); len(f) > 1 && f[1] == "peer" && strings.Join(f, " ") == want {
+					if f := strings.Fields(line); len(f) > 1 && f[1] == "peer" && re.MatchString(strings.Join(f, " ")) {
 						return out.String()
 					}
 				}
@@ -120,8 +123,8 @@ func TestLeaderCommand(t *testing.T) {
 			}
 		}
 		token := fmt.Sprint(status(t).Token)
-		table := row("cmd peer follower cmd-node " + token + " - - yes http://127.0.0.1:2")
-		if !strings.Contains(strings.Join(strings.Fields(table), " "), "cmd cmd-node leader cmd-node "+token) {
+		table := row("cmd peer follower cmd-node " + token + " 1 - - - yes http://127.0.0.1:2")
+		if !strings.Contains(strings.Join(strings.Fields(table), " "), "cmd cmd-node * leader cmd-node "+token+" 7") {
 			t.Errorf("the table lost this instance's row:\n%s", table)
 		}
 		s := status(t)
@@ -129,17 +132,36 @@ func TestLeaderCommand(t *testing.T) {
 			!s.Candidates[0].Healthy || s.Candidates[0].Priority != 7 || s.Candidates[1].ID != "peer" || s.Candidates[1].Priority != 1 {
 			t.Errorf("status --json candidates = %+v, want cmd-node (priority 7) and peer (1), healthy, with their URLs", s.Candidates)
 		}
-		// A candidate that resigns with a hold-off announces that it stays out.
+		// A candidate that resigns with a hold-off announces that it stays out, and stays
+		// a healthy standby meanwhile, as leader_health says.
 		if err := peer[0].Resign(t.Context(), time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		row("cmd peer follower cmd-node " + token + " - - no http://127.0.0.1:2")
+		row("cmd peer follower cmd-node " + token + " 1 (1m0s|[0-9]+s) - - yes http://127\\.0\\.0\\.1:2")
+	})
+
+	t.Run("transfer_to_priority_0_is_refused_with_409", func(t *testing.T) {
+		backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: []string{cluster.Endpoint(0)}, Prefix: "/cmd-test/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, never := fleet.StartCandidate(t, elector.Config{ID: "never", TTL: 2 * time.Second, Priority: elector.NeverLead, Backend: backend}, "cmd")
+		waitUntil(t, "the priority-0 candidate is in the registry", func() bool {
+			list, err := never[0].Candidates(t.Context())
+			return err == nil && len(list) == 2
+		})
+		var out bytes.Buffer
+		err = leaderTransfer(&out, admin, "", "never")
+		want := `transfer of election "cmd": "never" has priority 0, so it never leads (HTTP 409)`
+		if err == nil || err.Error() != want {
+			t.Errorf("transfer --to never: err = %v, want %q", err, want)
+		}
 	})
 
 	t.Run("transfer_to_an_unknown_candidate_fails_naming_it", func(t *testing.T) {
 		var out bytes.Buffer
 		err := leaderTransfer(&out, admin, "", "nobody")
-		if err == nil || !strings.Contains(err.Error(), "nobody") || !strings.Contains(err.Error(), "400") {
+		if err == nil || !strings.Contains(err.Error(), "nobody") || !strings.Contains(err.Error(), "(HTTP 400)") || strings.Contains(err.Error(), `\"`) {
 			t.Errorf("transfer --to nobody: err = %v, output %q", err, out.String())
 		}
 		if s := status(t); s.Role != "leader" {
@@ -258,36 +280,71 @@ func TestStatusTable(t *testing.T) {
 		want []string
 	}{
 		{"leader", ElectionStatus{Election: "main", Self: "a", Role: "leader", LeaderID: "a", LeaderURL: "http://a", Token: 42,
-			LeaseRemaining: 7.26, LastContact: now.Add(-1500 * time.Millisecond)},
-			[]string{"main a leader a 42 7.3s 1.5s ago yes http://a"}},
-		{"candidate_without_lease_or_leader", ElectionStatus{Election: "main", Self: "b", Role: "candidate"},
-			[]string{"main b candidate - - 0s never no -"}},
+			LeaseRemaining: 7.26, LastContact: now.Add(-1500 * time.Millisecond), Healthy: true, Priority: 1},
+			[]string{"main a * leader a 42 1 - 7.3s 1.5s ago yes http://a"}},
+		{"candidate_without_lease_or_leader", ElectionStatus{Election: "main", Self: "b", Role: "candidate", Priority: 1},
+			[]string{"main b * candidate none - 1 - 0s never no -"}},
 		{"follower_lists_the_fleet_from_the_registry", ElectionStatus{Election: "main", Self: "b", Role: "follower",
-			LeaderID: "a", LeaderURL: "http://a", Token: 42, LeaseRemaining: 5, LastContact: now.Add(-time.Second),
-			Candidates: []CandidateStatus{{ID: "a", URL: "http://a", Healthy: true}, {ID: "b", URL: "http://b", Healthy: true}, {ID: "c", URL: "http://c"}}},
-			[]string{
-				"main b follower a 42 5s 1s ago yes http://b",
-				"main a leader a 42 - - yes http://a",
-				"main c follower a 42 - - no http://c",
+			LeaderID: "a", LeaderURL: "http://a", Token: 42, LeaseRemaining: 5, LastContact: now.Add(-time.Second), Healthy: true, Priority: 1,
+			Candidates: []CandidateStatus{
+				{ID: "a", URL: "http://a", Healthy: true, Priority: 1},
+				{ID: "b", URL: "http://b", Healthy: true, Priority: 1},
+				{ID: "c", URL: "http://c", Priority: 1, Leaving: true},
+				{ID: "d", URL: "http://d", Healthy: true, Priority: 3, Preempt: true, HoldOffUntil: now.Add(20 * time.Second)},
+				{ID: "e", URL: "http://e", Healthy: true},
 			}},
-		{"this_instance_staying_out_is_unhealthy", ElectionStatus{Election: "main", Self: "b", Role: "candidate",
-			LeaseRemaining: 5, LastContact: now.Add(-time.Second), Candidates: []CandidateStatus{{ID: "b", URL: "http://b"}}},
-			[]string{"main b candidate - - 5s 1s ago no http://b"}},
-		{"registry_unreadable", ElectionStatus{Election: "main", Self: "b", Role: "candidate", CandidatesError: "etcd down"},
-			[]string{"main b candidate - - 0s never no -", "main (the other candidates are unknown: etcd down)"}},
+			[]string{
+				"main b * follower a 42 1 - 5s 1s ago yes http://b",
+				"main a leader a 42 1 - - - yes http://a",
+				"main c follower a 42 1 leaving - - no http://c",
+				"main d follower a 42 3 preempt 20s - - yes http://d",
+				"main e never leads a 42 0 - - - yes http://e",
+			}},
+		{"held_off_after_resign_is_healthy", ElectionStatus{Election: "main", Self: "b", Role: "follower", LeaderID: "a", Token: 43,
+			LeaseRemaining: 5, LastContact: now.Add(-time.Second), Healthy: true, Priority: 1, HoldOff: 19.6,
+			Candidates: []CandidateStatus{{ID: "b", URL: "http://b", Healthy: true, Priority: 1, HoldOffUntil: now.Add(20 * time.Second)}}},
+			[]string{"main b * follower a 43 1 20s 5s 1s ago yes http://b"}},
+		{"priority_0_never_leads", ElectionStatus{Election: "main", Self: "z", Role: "candidate",
+			LeaseRemaining: 5, LastContact: now.Add(-time.Second), Healthy: true, Priority: 0},
+			[]string{"main z * never leads none - 0 - 5s 1s ago yes -"}},
+		{"leaving_is_unhealthy", ElectionStatus{Election: "main", Self: "b", Role: "candidate", Priority: 1, Leaving: true,
+			LeaseRemaining: 5, LastContact: now.Add(-time.Second)},
+			[]string{"main b * candidate none - 1 leaving 5s 1s ago no -"}},
+		{"registry_unreadable", ElectionStatus{Election: "main", Self: "b", Role: "candidate", Priority: 1, CandidatesError: "etcd down"},
+			[]string{"main b * candidate none - 1 - 0s never no -", "main (the other candidates are unknown: etcd down)"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out bytes.Buffer
 			if err := printStatusTable(&out, []ElectionStatus{c.in}, now); err != nil {
 				t.Fatal(err)
 			}
-			lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")[1:]
+			lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+			if lines[len(lines)-1] != "* the instance asked" {
+				t.Errorf("the table does not end with the key to the * mark:\n%s", out.String())
+			}
 			var rows []string
-			for _, l := range lines {
+			for _, l := range lines[1 : len(lines)-1] {
 				rows = append(rows, strings.Join(strings.Fields(l), " "))
 			}
 			if strings.Join(rows, "\n") != strings.Join(c.want, "\n") {
 				t.Errorf("table:\n%s\nwant rows:\n%s", out.String(), strings.Join(c.want, "\n"))
+			}
+		})
+	}
+}
+
+// TestPlainAdminError: the CLI prints the admin API's sentence and status, not its JSON.
+func TestPlainAdminError(t *testing.T) {
+	for _, c := range []struct{ name, in, want string }{
+		{"api_error", `caddy responded with error: HTTP 409: {"error":"transfer of election \"main\": \"b\" has priority 0, so it never leads"}`,
+			`transfer of election "main": "b" has priority 0, so it never leads (HTTP 409)`},
+		{"not_json", `caddy responded with error: HTTP 500: oops`, `oops (HTTP 500)`},
+		{"no_answer", `performing request: dial tcp 127.0.0.1:1: connect: connection refused`,
+			`the admin API did not answer: performing request: dial tcp 127.0.0.1:1: connect: connection refused`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := plainAdminError(errors.New(c.in)).Error(); got != c.want {
+				t.Errorf("got %q, want %q", got, c.want)
 			}
 		})
 	}
@@ -342,6 +399,31 @@ func TestLeaderCommandRegistered(t *testing.T) {
 				if sub.Flags().Lookup(f) == nil {
 					t.Errorf("caddy leader %s has no --%s", c.sub, f)
 				}
+			}
+		})
+	}
+}
+
+// TestPreemptedTransfer: a transfer that a preempting candidate of higher priority will undo
+// says so.
+func TestPreemptedTransfer(t *testing.T) {
+	until := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		list []elector.CandidateInfo
+		want string
+	}{
+		{"no_preempt", []elector.CandidateInfo{{ID: "a", Priority: 5}, {ID: "b", Priority: 1}}, ""},
+		{"preempt_below_the_target", []elector.CandidateInfo{{ID: "a", Priority: 1, Preempt: true}, {ID: "b", Priority: 5}}, ""},
+		{"preempt_leaving", []elector.CandidateInfo{{ID: "a", Priority: 5, Preempt: true, Leaving: true}, {ID: "b", Priority: 1}}, ""},
+		{"preempt_above_the_target", []elector.CandidateInfo{{ID: "a", Priority: 5, Preempt: true}, {ID: "b", Priority: 1}},
+			"a has priority 5 and preempt, above b's 1: it will take leadership back at once"},
+		{"preempt_held_off", []elector.CandidateInfo{{ID: "a", Priority: 5, Preempt: true, HoldOffUntil: until}, {ID: "b", Priority: 1}},
+			"a has priority 5 and preempt, above b's 1: it will take leadership back when its hold-off ends at 2026-01-02T03:04:05Z"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := preemptedTransfer(c.list, "b"); got != c.want {
+				t.Errorf("got %q, want %q", got, c.want)
 			}
 		})
 	}

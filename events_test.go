@@ -159,6 +159,7 @@ func TestDocsShowGoldens(t *testing.T) {
 		{"docs/app.md", "global_step_down_when_unhealthy"},
 		{"docs/app.md", "global_store_etcd"},
 		{"docs/app.md", "global_store_postgres"},
+		{"docs/leader_health.md", "health_every_option"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.golden, func(t *testing.T) {

@@ -282,6 +282,9 @@ func (a *App) check() error {
 	if err := checkTTL(time.Duration(a.TTL)); err != nil {
 		return fmt.Errorf("ttl: %v", err)
 	}
+	if a.Preempt && a.Priority != nil && *a.Priority == 0 {
+		return errors.New("preempt: an instance with priority 0 never leads, so it cannot preempt; remove preempt or give it a priority above 0")
+	}
 	if a.DrainTimeout < 0 {
 		return fmt.Errorf("drain_timeout: %s is negative", time.Duration(a.DrainTimeout))
 	}
@@ -313,6 +316,9 @@ func (a *App) check() error {
 
 // checkEndpoint checks an etcd endpoint's form and that its port is a TCP port.
 func checkEndpoint(ep string) error {
+	if strings.Contains(ep, ",") {
+		return fmt.Errorf("endpoint %q holds a comma: separate endpoints with spaces", ep)
+	}
 	if err := etcdbackend.CheckEndpoint(ep); err != nil {
 		return err
 	}

@@ -180,11 +180,35 @@ func TestHealthStatusRecipe(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	// role reads the role and the leader that GET /health reports in its body.
+	role := func() (string, string) {
+		resp, err := http.Get("http://" + addr + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var rep HealthReport
+		if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+			t.Fatalf("GET /health: the body is not a health report: %v", err)
+		}
+		leader := "<null>"
+		if rep.Leader != nil {
+			leader = *rep.Leader
+		}
+		return rep.Role, leader
+	}
 	// want checks both paths with both methods once the instance reaches the state that
-	// /health reports with wantHealth (waiting for a state is not a timing assertion).
-	want := func(t *testing.T, wantHealth, wantReplica int) {
+	// /health reports with wantHealth (waiting for a state is not a timing assertion), and
+	// the role and leader of the body.
+	want := func(t *testing.T, wantHealth, wantReplica int, wantRole, wantLeader string) {
 		t.Helper()
-		waitUntil(t, fmt.Sprintf("/health answers %d", wantHealth), func() bool { return status(http.MethodGet, "/health") == wantHealth })
+		waitUntil(t, fmt.Sprintf("/health answers %d naming leader %q", wantHealth, wantLeader), func() bool {
+			_, l := role()
+			return status(http.MethodGet, "/health") == wantHealth && (wantLeader == "" || l == wantLeader)
+		})
+		if r, _ := role(); r != wantRole {
+			t.Errorf("GET /health body: role %s, want %s", r, wantRole)
+		}
 		for _, method := range []string{http.MethodGet, http.MethodHead} {
 			if got := status(method, "/health"); got != wantHealth {
 				t.Errorf("%s /health = %d, want %d", method, got, wantHealth)
@@ -195,7 +219,9 @@ func TestHealthStatusRecipe(t *testing.T) {
 		}
 	}
 
-	t.Run("leader_200_replica_503", func(t *testing.T) { want(t, http.StatusOK, http.StatusServiceUnavailable) })
+	t.Run("leader_200_replica_503", func(t *testing.T) {
+		want(t, http.StatusOK, http.StatusServiceUnavailable, HealthRoleLeader, "health-node")
+	})
 
 	outer := t // the other candidate stays in the election until the test ends
 	t.Run("healthy_follower_429_replica_200", func(t *testing.T) {
@@ -206,12 +232,12 @@ func TestHealthStatusRecipe(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitUntil(t, "the other candidate leads", func() bool { _, ok := other.election.Check(); return ok })
-		want(t, http.StatusTooManyRequests, http.StatusOK)
+		want(t, http.StatusTooManyRequests, http.StatusOK, HealthRoleStandby, "other-node")
 	})
 
 	t.Run("etcd_unreachable_503_replica_503", func(t *testing.T) {
 		link.Blackhole()
-		want(t, http.StatusServiceUnavailable, http.StatusServiceUnavailable)
+		want(t, http.StatusServiceUnavailable, http.StatusServiceUnavailable, HealthRoleUnhealthy, "")
 	})
 }
 

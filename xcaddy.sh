@@ -32,8 +32,9 @@ Commands:
   etcd start|stop|status  Start the local single-member etcd (cmd/etcd-local, built into
                           ./etcd-local when missing or stale) in the background, stop it,
                           or tell whether it runs (exit status 3 when it does not). Its
-                          pid file and log are in .etcd-local/.
-  demo [--keep|--manual|--ci] [--store etcd|postgres]
+                          pid file and log are in .etcd-local/. Its data is DELETED when it
+                          stops unless XCADDY_ETCD_DATA names a directory to keep it in.
+  demo [--keep|--manual|--ci] [--keep-logs] [--store etcd|postgres]
                           Build ./caddy and ./etcd-local if needed, start a local etcd
                           and three Caddy instances on 127.0.0.1 (demo/Caddyfile), and
                           walk through a handover and a crash, timed. --keep: explore by
@@ -41,7 +42,9 @@ Commands:
                           prompts or colors, check every step, exit non-zero on failure.
                           --store postgres: elect through a local PostgreSQL server
                           instead (needs PostgreSQL installed: apt-get install postgresql).
-                          DEMO_PORT_BASE sets the first port (default: 18080).
+                          --keep-logs: keep the logs on exit (they are deleted otherwise,
+                          unless a step fails). DEMO_PORT_BASE sets the first port
+                          (default: 18080).
   help                    Show this message.
 
 Uses xcaddy from PATH if there is one, else 'go tool -C tools xcaddy' (the version pinned in tools/go.mod).
@@ -51,6 +54,8 @@ Environment for 'run' and 'etcd' (the defaults suit a one-machine try-out):
   XCADDY_ETCD_LISTEN  the local etcd's client address (default: $default_etcd_listen)
   XCADDY_ETCD_PEER    the local etcd's peer address (default: $default_etcd_peer)
   XCADDY_ETCD_STATE   where its pid file and log go (default: .etcd-local)
+  XCADDY_ETCD_DATA    a directory that keeps its data across restarts (default: none, a
+                      temporary directory deleted when it stops)
   XCADDY_ETCD_BIN     where its binary is built (default: ./etcd-local)
 EOF
 }
@@ -129,6 +134,7 @@ readonly etcd_listen=${XCADDY_ETCD_LISTEN:-$default_etcd_listen}
 readonly etcd_peer=${XCADDY_ETCD_PEER:-$default_etcd_peer}
 readonly etcd_state=${XCADDY_ETCD_STATE:-.etcd-local}
 readonly etcd_bin=${XCADDY_ETCD_BIN:-./etcd-local}
+readonly etcd_data=${XCADDY_ETCD_DATA:-}
 readonly etcd_pidfile=$etcd_state/pid etcd_log=$etcd_state/log
 
 # build_etcd_local BINARY: builds the local etcd unless BINARY is up to date; it depends on
@@ -175,15 +181,20 @@ etcd_start() {
 	build_etcd_local "$etcd_bin"
 	mkdir -p "$etcd_state"
 	set -m
-	nohup "$etcd_bin" -listen "$etcd_listen" -peer "$etcd_peer" >"$etcd_log" 2>&1 </dev/null &
+	local data_args=() data_note="its data is DELETED when it stops (set XCADDY_ETCD_DATA=<dir> to keep it)"
+	if [[ -n $etcd_data ]]; then
+		data_args=(-data-dir "$etcd_data")
+		data_note="its data is kept in $etcd_data"
+	fi
+	nohup "$etcd_bin" -listen "$etcd_listen" -peer "$etcd_peer" "${data_args[@]}" >"$etcd_log" 2>&1 </dev/null &
 	pid=$!
 	set +m
 	printf '%s\n' "$pid" >"$etcd_pidfile"
 	local i
 	for ((i = 0; i < 100; i++)); do
 		if listening "$etcd_listen"; then
-			printf 'started the local etcd on %s (pid %s, log in %s); it keeps running after Caddy exits: %s stops it\n' \
-				"$etcd_listen" "$pid" "$etcd_log" "$(etcd_stop_hint)"
+			printf 'started the local etcd on %s (pid %s, log in %s); it keeps running after Caddy exits: %s stops it; %s\n' \
+				"$etcd_listen" "$pid" "$etcd_log" "$(etcd_stop_hint)" "$data_note"
 			return 0
 		fi
 		if ! kill -0 "$pid" 2>/dev/null; then

@@ -265,8 +265,8 @@ func TestKubernetes(t *testing.T) {
 					t.Errorf("%s probe: the Caddyfile serves no route for %s on port %s", name, p.HTTPGet.Path, port)
 				}
 			}
-			if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && !strings.Contains(caddyfile, "leader_candidate") {
-				t.Error("readiness should follow candidacy (leader_candidate)")
+			if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && !strings.Contains(caddyfile, "leader_health {\n\t\t\tstandby_ok\n") {
+				t.Error("readiness should pass on every healthy candidate, leader or standby (leader_health with standby_ok)")
 			}
 
 			script := c.Lifecycle.PreStop.Exec.Command

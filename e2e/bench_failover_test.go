@@ -217,6 +217,10 @@ func benchFailover(t *testing.T, f benchFault, ttl time.Duration, trials int) {
 		t.Logf("trial %2d: %s of %s (token %d): %s%s served token %d after %v",
 			trial, f.name, leader, token, deletion, s.From, s.Gated.Token, d.Round(time.Millisecond))
 
+		if trial == 1 {
+			t.Logf("timeline of trial 1, from the old leader's and the new leader's logs:\n%s",
+				timeline(fault, leader, instanceByID(fleet, s.Gated.Self)))
+		}
 		if gone {
 			// Replace the dead instance, so that every trial starts with three.
 			i := slices.Index(fleet, leader)
@@ -304,4 +308,60 @@ func summary(ds []time.Duration) string {
 func percentile(s []time.Duration, p int) time.Duration {
 	rank := (p*len(s) + 99) / 100 // ceil(p/100 * n)
 	return s[max(rank, 1)-1]
+}
+
+// instanceByID returns the instance of fleet with id, or nil.
+func instanceByID(fleet []*Instance, id string) *Instance {
+	for _, in := range fleet {
+		if in.ID == id {
+			return in
+		}
+	}
+	return nil
+}
+
+// timeline merges what the election logged on each of ins after from (and Caddy's own
+// shutdown line), in order, each line with its offset from from.
+func timeline(from time.Time, ins ...*Instance) string {
+	type line struct {
+		at  time.Duration
+		txt string
+	}
+	var lines []line
+	for _, in := range ins {
+		if in == nil {
+			continue
+		}
+		b, err := os.ReadFile(in.logPath)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			var entry struct {
+				TS     float64 `json:"ts"`
+				Logger string  `json:"logger"`
+				Msg    string  `json:"msg"`
+				Reason string  `json:"reason"`
+			}
+			if json.Unmarshal([]byte(l), &entry) != nil || (entry.Logger != "leader" && !slices.Contains(shutdownSteps, entry.Msg)) {
+				continue
+			}
+			sec, frac := math.Modf(entry.TS)
+			at := time.Unix(int64(sec), int64(frac*1e9)).Sub(from)
+			if at < -time.Millisecond || at > 5*time.Second {
+				continue
+			}
+			txt := fmt.Sprintf("%8.1f ms  %s: %s", float64(at.Microseconds())/1000, in.ID, entry.Msg)
+			if entry.Reason != "" {
+				txt += " (" + entry.Reason + ")"
+			}
+			lines = append(lines, line{at, txt})
+		}
+	}
+	slices.SortStableFunc(lines, func(a, b line) int { return int(a.at - b.at) })
+	var out []string
+	for _, l := range lines {
+		out = append(out, l.txt)
+	}
+	return strings.Join(out, "\n")
 }

@@ -49,10 +49,10 @@ func TestSafetyUnprovenSuccessor(t *testing.T) {
 		}},
 	}
 	for _, st := range stores {
+		if server == nil && st.name != "etcd" {
+			server = pgtest.Start(t) // one server for both PostgreSQL runs
+		}
 		t.Run(st.name, func(t *testing.T) {
-			if server == nil && st.name != "etcd" {
-				server = pgtest.Start(t)
-			}
 			for _, mode := range []string{"reject", "redirect", "forward"} {
 				t.Run(mode, func(t *testing.T) {
 					env, store := st.start(t, mode)
@@ -174,12 +174,12 @@ func unprovenScenarios(store unprovenStore) []safetyScenario {
 		}},
 		{name: "fresh_candidate_alone", load: unprovenLoad, change: mustChange, fault: func(s *scenarioRun) {
 			p := s.leader
+			s.cut(p)
+			s.t.Cleanup(func() { s.heal(p) })
 			for _, in := range others(s.fleet, p) {
 				s.load.markDown(in)
 				in.Kill()
 			}
-			s.cut(p)
-			s.t.Cleanup(func() { s.heal(p) })
 			store.deleteKey(s)
 			fresh := StartInstance(s.t, "c9", store.join("c9"))
 			s.load.add(fresh)

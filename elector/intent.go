@@ -43,7 +43,7 @@ var ErrNotCandidate = errors.New("not a live candidate of the election")
 func (e *Election) RequestResign(ctx context.Context, holdOff time.Duration) error {
 	t := e.Term()
 	if !t.LeaderKnown() {
-		return fmt.Errorf("no leader of election %q is known", e.name)
+		return fmt.Errorf("election %q: %w", e.name, ErrNoLeader)
 	}
 	in := intent{Action: intentResign, Token: t.Token, HoldOff: holdOff, From: e.c.cfg.ID}
 	return e.setIntent(ctx, in, e.c.HandoverTimeout()+e.c.cfg.TTL)
@@ -85,7 +85,7 @@ func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duratio
 		}
 		select {
 		case <-wait.Done():
-			return fmt.Errorf("transfer of election %q to %q: it did not lead within %s", e.name, to, timeout)
+			return fmt.Errorf("transfer of election %q to %q: %w (it did not lead within %s)", e.name, to, ErrTransferTimeout, timeout)
 		case <-changed:
 		}
 	}

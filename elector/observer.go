@@ -48,7 +48,7 @@ func (c *Candidate) storeFailed(op string, err error) {
 			l.giveUp()
 		}
 	}
-	c.trouble.failed(c.log(), op, err)
+	c.trouble.failed(c.log(), op, err, c.diagnose)
 	if o := c.observe(); o != nil {
 		o.StoreFailed(op, err)
 	}

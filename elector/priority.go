@@ -163,7 +163,7 @@ func (e *Election) outranksLeader(ctx context.Context) bool {
 func checkTransferTarget(list []CandidateInfo, to string) error {
 	for _, c := range list {
 		if c.ID == to && c.Priority == 0 {
-			return fmt.Errorf("%q has priority 0: it never leads", to)
+			return fmt.Errorf("%q %w", to, ErrNeverLeads)
 		}
 	}
 	return nil

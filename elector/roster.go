@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+	"time"
 )
 
 // The roster is the store's registry of live candidates: each one announces itself in each
@@ -23,14 +24,31 @@ type CandidateInfo struct {
 	Healthy bool `json:"healthy"`
 	// Priority ranks the candidate (see priority.go): 0 never campaigns.
 	Priority int `json:"priority"`
+	// Preempt is set on a candidate that takes leadership from a leader of lower priority.
+	Preempt bool `json:"preempt,omitempty"`
+	// HoldOffUntil is when the candidate's hold-off ends (its wall clock), while it is held
+	// off after a resign or a step-down; zero otherwise.
+	HoldOffUntil time.Time `json:"hold_off_until,omitzero"`
+	// Leaving is set on a candidate that is leaving the election (a graceful stop).
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // info is what this candidate announces in e now.
 func (e *Election) info() CandidateInfo {
+	now := e.c.now()
 	e.mu.Lock()
-	healthy := !e.holdUntil.After(e.c.now())
+	until := e.holdUntil
 	e.mu.Unlock()
-	return CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: healthy, Priority: e.c.Priority()}
+	info := CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: !until.After(now), Priority: e.c.Priority(), Preempt: e.c.Preempts()}
+	switch left := until.Sub(now); {
+	case left > forever/2:
+		info.Leaving = true
+	case left > 0:
+		// Rounded to the second so that the announced value stays the same while the
+		// hold-off lasts; Round(0) drops the monotonic reading, which JSON cannot carry.
+		info.HoldOffUntil = now.Add(left).Round(0).Truncate(time.Second)
+	}
+	return info
 }
 
 func (i CandidateInfo) encode() []byte {

@@ -21,16 +21,21 @@ type troubleLog struct {
 
 const troubleRepeat = 30 * time.Second
 
-func (t *troubleLog) failed(l *zap.Logger, op string, err error) {
+// failed records a failed request, and logs it when it is time to; explain adds the cause
+// the backend finds, only to a failure that is logged (outside the lock: it may dial).
+func (t *troubleLog) failed(l *zap.Logger, op string, err error, explain func(error) error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.failures++
 	t.failing = true
-	if t.lastLog.IsZero() || time.Since(t.lastLog) >= troubleRepeat {
-		l.Warn("store request failing; gated routes fail closed while the lease is not confirmed",
-			zap.String("op", op), zap.Int("failures", t.failures), zap.Error(err))
+	failures, log := t.failures, t.lastLog.IsZero() || time.Since(t.lastLog) >= troubleRepeat
+	if log {
 		t.lastLog = time.Now()
 		t.warned = true
+	}
+	t.mu.Unlock()
+	if log {
+		l.Warn("store request failing; gated routes fail closed while the lease is not confirmed",
+			zap.String("op", op), zap.Int("failures", failures), zap.Error(explain(err)))
 	}
 }
 

@@ -60,6 +60,7 @@ type demo struct {
 	pgStarted bool      // pg_ctl start has been run: exit stops it
 	writer    *writer
 	failed    bool
+	keepLogs  bool // keep the logs on exit even when nothing failed (--keep-logs)
 	closing   sync.Once
 }
 
@@ -296,7 +297,7 @@ func (d *demo) internalError(r any) {
 }
 
 // exit stops everything the demo started, removes its files (keeping the logs after a
-// failure) and exits with code. Only the first call does so; a later one (a signal during
+// failure or with --keep-logs) and exits with code. Only the first call does so; a later one (a signal during
 // the cleanup) waits for it.
 func (d *demo) exit(code int) {
 	d.closing.Do(func() {
@@ -319,7 +320,7 @@ func (d *demo) exit(code int) {
 			d.pg.stop()
 		}
 		if d.tmp != "" {
-			if d.failed {
+			if d.failed || d.keepLogs {
 				os.RemoveAll(filepath.Join(d.tmp, "etcd"))
 				os.RemoveAll(filepath.Join(d.tmp, "postgres"))
 				for i := 1; i <= nodeCount; i++ {
@@ -328,6 +329,7 @@ func (d *demo) exit(code int) {
 				fmt.Fprintf(os.Stderr, "demo: the logs are kept in %s (remove it when done)\n", d.logs)
 			} else {
 				os.RemoveAll(d.tmp)
+				fmt.Fprintf(os.Stderr, "demo: removed %s, logs included (--keep-logs keeps them)\n", d.tmp)
 			}
 		}
 		os.Exit(code)
@@ -346,4 +348,12 @@ func stopAll(ps []*fleet.Process) {
 		}()
 	}
 	wg.Wait()
+}
+
+// logsFate says what becomes of the logs when the demo exits, where it prints their paths.
+func (d *demo) logsFate() string {
+	if d.keepLogs {
+		return "kept when the demo exits"
+	}
+	return "deleted when the demo exits unless a step fails; --keep-logs keeps them"
 }

@@ -28,13 +28,13 @@ func (d *demo) printCommands() {
 			d.cmd(fmt.Sprintf("kill -TERM %d   # stop node-%d gracefully;  kill -KILL %d to crash it", pid, i, pid))
 		}
 	}
-	d.cmd(fmt.Sprintf("curl -s http://%s:%d/leader/   # node-1's view, from Caddy's admin API", host, d.adminPort[1]))
+	d.cmd(fmt.Sprintf("./caddy leader status --address %s:%d   # node-1's view of the fleet", host, d.adminPort[1]))
 	if d.pg != nil {
 		d.cmd(fmt.Sprintf("%s/psql -h %s -p %d -U postgres -c 'TABLE caddy_leader_elections'   # the election row", d.pg.bin, host, d.pg.port))
 	} else {
 		d.cmd(fmt.Sprintf("etcdctl --endpoints %s:%d get --prefix /caddy-leader/   # the election key, if you have etcdctl", host, d.etcdPort))
 	}
-	d.note(fmt.Sprintf("Logs: %s/node-{1,2,3}.log and %s.log; config: %s", d.logs, d.store, d.config))
+	d.note(fmt.Sprintf("Logs: %s/node-{1,2,3}.log and %s.log (%s); config: %s", d.logs, d.store, d.logsFate(), d.config))
 }
 
 // explore lets the user stop and start instances and watches who leads, until q, the end

@@ -5,7 +5,8 @@
 // the repository root; run it through xcaddy.sh.
 //
 // Everything it starts lives in one temporary directory (configs, data, logs) and is
-// stopped and removed on exit, Ctrl-C included. Every wait is bounded.
+// stopped and removed on exit, Ctrl-C included; the logs are kept after a failure or with
+// --keep-logs, and it says so where it prints their paths. Every wait is bounded.
 package main
 
 import (
@@ -16,20 +17,24 @@ import (
 	"syscall"
 )
 
-const usage = `Usage: ./xcaddy.sh demo [--keep | --manual | --ci] [--store etcd|postgres]
+const usage = `Usage: ./xcaddy.sh demo [--keep | --manual | --ci] [--keep-logs] [--store etcd|postgres]
 
 Starts a single-member etcd (or a PostgreSQL server) and three Caddy instances (node-1,
 node-2, node-3) on 127.0.0.1, each gating the site in demo/Caddyfile, then walks through:
   1. electing a leader          4. a crash of the new leader (SIGKILL), timed
   2. requests to all three      5. restarting both: they rejoin as followers
   3. a graceful stop of the leader (SIGTERM), timed
-Ctrl-C stops everything it started and removes its temporary files.
+Ctrl-C stops everything it started and removes its temporary files, the logs
+included (after a failed step, or with --keep-logs, the logs are kept).
 
 Options:
   --keep    after the walkthrough, keep everything running and explore by hand
   --manual  skip the walkthrough: start everything and explore by hand
   --ci      no terminal needed: no prompts, no colors; check every step and exit
             non-zero, naming the step, if one fails
+  --keep-logs
+            keep the logs (etcd or PostgreSQL, and each node's) when the demo exits;
+            it says where
   --store postgres
             elect through PostgreSQL instead of etcd: a server of the installed
             PostgreSQL (initdb, pg_ctl; e.g. apt-get install postgresql) in the
@@ -58,6 +63,8 @@ type options struct {
 	ci    bool
 	store string // etcd or postgres
 	help  bool
+	// keepLogs keeps the logs on exit, not only after a failure.
+	keepLogs bool
 }
 
 // parseArgs reads the command line (without the program's name); the error is the message
@@ -85,6 +92,8 @@ func parseArgs(args []string) (options, error) {
 			o.mode = keep
 		case "--manual":
 			o.mode = manual
+		case "--keep-logs":
+			o.keepLogs = true
 		case "-h", "--help", "help":
 			o.help = true
 			return o, nil
@@ -110,6 +119,7 @@ func main() {
 	}
 
 	d := newDemo(o.mode, o.ci, o.store)
+	d.keepLogs = o.keepLogs
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
 	go func() {

@@ -9,12 +9,16 @@
 //		-initial-cluster m0=http://127.0.0.1:23800,m1=http://127.0.0.1:23801,m2=http://127.0.0.1:23802
 //
 // A member restarted with the same -data-dir rejoins as itself; the -initial-cluster flags are
-// then ignored.
+// then ignored. Without -data-dir the data lives in a temporary directory that is deleted
+// when the command stops: every election, fencing token and history starts over, and
+// instances still running see the store go back in time (they log it at ERROR and campaign
+// anew). Give -data-dir to keep it.
 package main
 
 import (
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/signal"
@@ -38,22 +42,26 @@ func main() {
 	var o options
 	flag.StringVar(&o.client, "listen", "127.0.0.1:2379", "client address (host:port)")
 	flag.StringVar(&o.peer, "peer", "127.0.0.1:2380", "peer address (host:port)")
-	flag.StringVar(&o.dir, "data-dir", "", "data directory (default: a temporary one, removed on exit)")
+	flag.StringVar(&o.dir, "data-dir", "", "data directory, kept across restarts (default: a temporary one, deleted on exit)")
 	flag.StringVar(&o.name, "name", "local", "member name")
 	flag.StringVar(&o.initialCluster, "initial-cluster", "", "name=http://peer,... of every member (default: this member alone)")
 	flag.StringVar(&o.clusterState, "initial-cluster-state", "new", "new, or existing to join a running cluster")
 	flag.StringVar(&o.clusterToken, "initial-cluster-token", "etcd-local", "token that tells this cluster's members from another's")
 	flag.StringVar(&o.logLevel, "log-level", "fatal", "etcd's log level: debug, info, warn, error, panic or fatal")
 	flag.Parse()
-	if err := run(o); err != nil {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+	if err := run(o, stop, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "etcd-local:", err)
 		os.Exit(1)
 	}
 }
 
-func run(o options) error {
-	dir := o.dir
+// run serves until stop delivers, and says where it serves and what becomes of its data on out.
+func run(o options, stop <-chan os.Signal, out io.Writer) error {
+	dir, kept := o.dir, "kept across restarts"
 	if dir == "" {
+		kept = "DELETED when it stops: every election, token and history starts over (keep them with -data-dir <dir>)"
 		tmp, err := os.MkdirTemp("", "etcd-local-")
 		if err != nil {
 			return err
@@ -89,10 +97,8 @@ func run(o options) error {
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("not ready after 30s (a member of a cluster is ready once a quorum of members runs)")
 	}
-	fmt.Printf("etcd-local: serving %s (member %s, data in %s); Ctrl-C stops it\n", clientURL.String(), o.name, dir)
+	fmt.Fprintf(out, "etcd-local: serving %s (member %s); Ctrl-C stops it\netcd-local: data in %s, %s\n", clientURL.String(), o.name, dir, kept)
 
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	select {
 	case <-stop:
 		return nil

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestReport(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, wantOut, wantSummary string
+	}{
+		{
+			name: "passing_package_prints_its_closing_line_only",
+			in: `{"Action":"start","Package":"p"}
+{"Action":"run","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"=== RUN   TestA\n"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"--- PASS: TestA (0.00s)\n"}
+{"Action":"pass","Package":"p","Test":"TestA"}
+{"Action":"output","Package":"p","Output":"PASS\n"}
+{"Action":"output","Package":"p","Output":"ok  \tp\t0.01s\n"}
+{"Action":"pass","Package":"p"}`,
+			wantOut:     "ok  \tp\t0.01s\n",
+			wantSummary: "testreport: no test was skipped",
+		},
+		{
+			name: "skip_is_listed_with_its_reason",
+			in: `{"Action":"run","Package":"p","Test":"TestHAProxy"}
+{"Action":"output","Package":"p","Test":"TestHAProxy","Output":"=== RUN   TestHAProxy\n"}
+{"Action":"output","Package":"p","Test":"TestHAProxy","Output":"    haproxy_test.go:40: haproxy is not installed\n"}
+{"Action":"output","Package":"p","Test":"TestHAProxy","Output":"--- SKIP: TestHAProxy (0.00s)\n"}
+{"Action":"skip","Package":"p","Test":"TestHAProxy"}
+{"Action":"output","Package":"p","Output":"ok  \tp\t0.01s\n"}`,
+			wantOut:     "ok  \tp\t0.01s\n",
+			wantSummary: "testreport: 1 tests were SKIPPED:\n  p TestHAProxy: haproxy is not installed",
+		},
+		{
+			name: "failure_prints_the_test_output",
+			in: `{"Action":"run","Package":"p","Test":"TestB"}
+{"Action":"output","Package":"p","Test":"TestB","Output":"=== RUN   TestB\n"}
+{"Action":"output","Package":"p","Test":"TestB","Output":"    b_test.go:9: want 1, got 2\n"}
+{"Action":"output","Package":"p","Test":"TestB","Output":"--- FAIL: TestB (0.00s)\n"}
+{"Action":"fail","Package":"p","Test":"TestB"}
+{"Action":"output","Package":"p","Output":"FAIL\n"}
+{"Action":"output","Package":"p","Output":"FAIL\tp\t0.01s\n"}
+{"Action":"fail","Package":"p"}`,
+			wantOut:     "=== RUN   TestB\n    b_test.go:9: want 1, got 2\n--- FAIL: TestB (0.00s)\nFAIL\nFAIL\tp\t0.01s\n",
+			wantSummary: "testreport: no test was skipped",
+		},
+		{
+			name:        "build_failure_and_plain_text_are_shown",
+			in:          "{\"Action\":\"build-output\",\"ImportPath\":\"p\",\"Output\":\"p/x.go:1:1: syntax error\\n\"}\ngo: some error",
+			wantOut:     "p/x.go:1:1: syntax error\ngo: some error\n",
+			wantSummary: "testreport: no test was skipped",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			skips := report(strings.NewReader(tc.in), &out)
+			if out.String() != tc.wantOut {
+				t.Errorf("output:\n%q\nwant:\n%q", out.String(), tc.wantOut)
+			}
+			if got := summary(skips); got != tc.wantSummary {
+				t.Errorf("summary:\n%s\nwant:\n%s", got, tc.wantSummary)
+			}
+		})
+	}
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Every test, on a fresh machine as in CI: installs what the tests need and is missing
+# (promtool, HAProxy, PostgreSQL and PgBouncer, through apt-get), then runs
+#   go test -race -count=1 -timeout 45m ./...
+# in this module and in every nested one (each directory with a go.mod, but tools/), and ends
+# with a line that says which tests were skipped and why, or that none was.
+#   ./test.sh             install what is missing, then test
+#   ./test.sh --install   only install what is missing
+# TEST_PACKAGES narrows the packages (default ./...); TEST_NO_INSTALL=1 skips the installs.
+# For a quick inner loop, run the plain go test command (or go test -short ./...) yourself:
+# without the installs, the tests of the missing parts are skipped.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+step() {
+	printf '\n==> %s\n' "$*"
+}
+
+sudo=()
+[[ $EUID -eq 0 ]] || sudo=(sudo)
+updated=
+apt_install() {
+	if [[ -z $updated ]]; then
+		"${sudo[@]}" apt-get update -q
+		updated=1
+	fi
+	"${sudo[@]}" apt-get install -y -q --no-install-recommends "$@"
+}
+
+install_missing() {
+	step "promtool (deploy/prometheus tests)"
+	if ! command -v promtool >/dev/null; then
+		apt_install prometheus # Debian's prometheus package carries promtool.
+	fi
+	promtool --version 2>&1 | head -n 1
+
+	step "haproxy (e2e TestHAProxy runs deploy/haproxy with it)"
+	if ! [[ -x /usr/sbin/haproxy ]] && ! command -v haproxy >/dev/null; then
+		apt_install haproxy # the version the recipe in docs/haproxy.md is tested with
+	fi
+	"$(command -v haproxy || echo /usr/sbin/haproxy)" -v | head -n 1
+
+	step "PostgreSQL and PgBouncer (internal/pgtest starts its own servers)"
+	have_postgres() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null; }
+	have_pgbouncer() { command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]]; }
+	if ! have_postgres || ! have_pgbouncer; then
+		# The tests run initdb themselves: the package's default cluster would only take memory.
+		"${sudo[@]}" mkdir -p /etc/postgresql-common/createcluster.d
+		echo 'create_main_cluster = false' | "${sudo[@]}" tee /etc/postgresql-common/createcluster.d/no-main.conf >/dev/null
+		apt_install postgresql postgresql-contrib pgbouncer
+		# Debian starts pgbouncer's own service on install; the tests start theirs.
+		"${sudo[@]}" service pgbouncer stop >/dev/null 2>&1 || true
+	fi
+	have_postgres && have_pgbouncer && echo "PostgreSQL and PgBouncer installed"
+}
+
+[[ -n ${TEST_NO_INSTALL:-} ]] || install_missing
+[[ ${1:-} == --install ]] && exit 0
+[[ $# -eq 0 ]] || { echo "usage: ./test.sh [--install]" >&2; exit 2; }
+
+report=$(mktemp -d)
+trap 'rm -rf "$report"' EXIT
+go build -o "$report/testreport" ./internal/testreport
+
+status=0
+modules=()
+while read -r mod; do
+	modules+=("$(dirname "$mod")")
+done < <(find . -name go.mod -not -path './tools/*' -not -path '*/testdata/*' | sort)
+for dir in "${modules[@]}"; do
+	step "go test -race -count=1 -timeout 45m ${TEST_PACKAGES:-./...} (in ${dir})"
+	# The JSON keeps every skip and its reason; testreport prints what a plain go test
+	# prints as it comes, and the skips at the end.
+	set +e
+	(cd "$dir" && go test -race -count=1 -timeout 45m -json ${TEST_PACKAGES:-./...}) | "$report/testreport" | tee "$report/log"
+	[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+	set -e
+	sed -n '/^testreport: /,$p' "$report/log" | sed "s|^testreport: |in $dir: |" >>"$report/skips"
+done
+if [[ ${#modules[@]} -gt 1 ]]; then
+	step "skipped, module by module"
+	cat "$report/skips"
+fi
+if [[ $status -ne 0 ]]; then
+	echo "FAIL: some tests failed (see above)"
+fi
+exit "$status"
