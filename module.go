@@ -431,11 +431,51 @@ func (h exitHandover) Handle(context.Context, caddy.Event) error {
 }
 
 // leave hands over every election and campaigns no more; Destruct revokes the lease.
+//
+// A peer that has not yet heard of the release may still forward a request here, on a
+// connection it keeps alive; once the HTTP server shuts down, such a request fails with a
+// reset connection, which the peer cannot tell from one the application saw, so it cannot
+// send it on. So the process lingers, serving, until this instance itself has seen who
+// leads next (its watch hears of it as early as the peers' do), and exitLinger after that:
+// requests forwarded meanwhile are refused as "not leader" and sent on by the peer. The
+// successor does not wait for any of it.
 func (a *App) leave() error {
 	ctx, cancel := context.WithTimeout(context.Background(), a.candidate.HandoverTimeout())
 	defer cancel()
-	return a.candidate.Leave(ctx)
+	var led []*elector.Election
+	for _, e := range a.candidate.Elections() {
+		if e.Term().Holds() {
+			led = append(led, e)
+		}
+	}
+	err := a.candidate.Leave(ctx)
+	if len(led) > 0 {
+		linger, stop := context.WithTimeout(context.Background(), exitLingerMax)
+		defer stop()
+		for _, e := range led {
+			for linger.Err() == nil {
+				changed := e.Changed()
+				if t := e.Term(); t.LeaderKnown() && !t.Holds() {
+					break
+				}
+				select {
+				case <-changed:
+				case <-linger.Done():
+				}
+			}
+		}
+		time.Sleep(exitLinger)
+	}
+	return err
 }
+
+// exitLinger is how long an exiting leader goes on serving after it has seen its
+// successor (see App.leave): a peer's watch hears of the release within a round trip of
+// this instance's; exitLingerMax bounds the wait for the successor itself.
+const (
+	exitLinger    = 25 * time.Millisecond
+	exitLingerMax = time.Second
+)
 
 // Stop implements caddy.App. On a reload it does nothing: the next config keeps the
 // candidacy. When the process exits it hands over (if the `stopping` event did not already),

@@ -63,6 +63,7 @@ type Candidate struct {
 	startOnce sync.Once
 	closeOnce sync.Once
 	loops     sync.WaitGroup
+	appends   atomic.Int64 // history entries on their way to the store
 
 	mu        sync.Mutex
 	current   *lease        // the lease in use; nil while there is none
@@ -235,6 +236,9 @@ func (c *Candidate) Close(ctx context.Context) error {
 			}()
 		}
 		drains.Wait()
+		// A term that just settled records the one before it; give that write a
+		// request's time before the context that carries it ends.
+		c.waitAppends(c.requestTimeout)
 
 		c.cancel()
 		c.loops.Wait()
@@ -259,6 +263,13 @@ func (c *Candidate) Close(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// waitAppends waits until no history entry is on its way to the store, or for d.
+func (c *Candidate) waitAppends(d time.Duration) {
+	for deadline := time.Now().Add(d); c.appends.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // retryRelease deletes the key of a term of election that this candidate no longer

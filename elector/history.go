@@ -96,11 +96,14 @@ func (e *Election) noteHistoryLocked(old, t *Term) {
 		End: prev.gone, Ended: ended, Successor: e.c.cfg.ID, SuccessorToken: t.Token,
 	}
 	e.other, e.ownPast = lastOther{}, lastOther{}
+	e.c.appends.Add(1)
 	go e.appendHistory(past)
 }
 
-// appendHistory writes past to the store, retrying for as long as the candidate lives.
+// appendHistory writes past to the store, retrying for as long as the candidate lives
+// (Close waits a little for it).
 func (e *Election) appendHistory(past PastTerm) {
+	defer e.c.appends.Add(-1)
 	entry, _ := json.Marshal(past) // strings, numbers and times always marshal
 	retry := newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL))
 	for {
