@@ -47,9 +47,12 @@ func fenceSchema(n names) string {
 	return fmt.Sprintf(`
 CREATE OR REPLACE FUNCTION %[1]s(floor bigint) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $f$
 DECLARE
-	v bigint := %[2]s();
+	-- The mark first: every value it holds was handed out before v is. The other way
+	-- round, a value handed out after v, by a grant or campaign running alongside, could
+	-- be in it, and v would look behind when it is not.
 	mark bigint := greatest(floor, (SELECT max(token) FROM %[4]s), (SELECT max(token) FROM %[5]s),
 		(SELECT max(id) FROM %[6]s));
+	v bigint := %[2]s();
 BEGIN
 	IF v <= mark THEN
 		PERFORM setval('%[3]s', (SELECT last_value FROM %[3]s) + (mark - v) + %[8]d);

@@ -3,6 +3,8 @@ package pgbackend
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,4 +100,40 @@ func TestFencingTokensNeverGoBack(t *testing.T) {
 		_, freshToken := term(t, newBackend(t, Config{DSN: old.DatabaseDSN("restored")}), false)
 		above(t, "the next term's token", freshToken, newToken)
 	})
+}
+
+// TestConcurrentGrantsDoNotMoveTheFence: grants and campaigns running side by side hand
+// out values in whatever order they commit; none of them is a generator gone back, so the
+// sequence is never moved on (which would skip 2^32 values each time).
+func TestConcurrentGrantsDoNotMoveTheFence(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	server := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const clients, grants = 4, 25
+	ids := make([][]int64, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		b := newBackend(t, Config{DSN: server.DSN()})
+		if _, _, err := b.Grant(ctx, time.Minute); err != nil { // creates the tables first
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for range grants {
+				id, _, err := b.Grant(ctx, time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids[i] = append(ids[i], int64(id))
+			}
+		})
+	}
+	wg.Wait()
+	all := slices.Concat(ids...)
+	if lo, hi := slices.Min(all), slices.Max(all); hi-lo >= fenceSlack {
+		t.Errorf("lease ids from %d to %d: the sequence was moved on though it never went back", lo, hi)
+	}
 }
