@@ -37,6 +37,9 @@ func (e *Election) expireSilent(ctx context.Context) {
 	if t.lease != nil || p.token == 0 || p.token != t.Token || e.c.now().Before(p.silentBy(e.c.cfg.TTL)) {
 		return
 	}
+	if e.failsafeHolding() {
+		return // the holder is silent because the store was away, and this peer vouches for it
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
 	expired, err := e.c.cfg.Backend.Expire(rctx, e.name, p.token, p.rev)
