@@ -68,6 +68,7 @@ func askHealth(t *testing.T, h *HealthHandler, method string) (int, HealthReport
 
 func TestHealthHandler(t *testing.T) {
 	store := electortest.NewStore()
+	store.RunClock(t, 10*time.Millisecond) // the first winner waits a ttl
 	a := memoryCandidate(t, store, "a", 0)
 	b := memoryCandidate(t, store, "b", 2)
 	never := memoryCandidate(t, store, "never", elector.NeverLead)

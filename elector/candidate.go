@@ -281,8 +281,10 @@ func (c *Candidate) waitAppends(d time.Duration) {
 
 // retryRelease deletes the key of a term of election that this candidate no longer
 // follows, retrying until it succeeds, the lease it is bound to is given up (the key then
-// goes with it) or the candidate closes (which revokes that lease).
-func (c *Candidate) retryRelease(election string, token int64, l *lease) {
+// goes with it) or the candidate closes (which revokes that lease). If the term's
+// predecessor (pred, when not nil) is not proven stopped yet, it waits for that first: the
+// release acknowledges.
+func (c *Candidate) retryRelease(election string, token int64, l *lease, pred *predecessor) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -291,6 +293,9 @@ func (c *Candidate) retryRelease(election string, token int64, l *lease) {
 	c.loops.Add(1)
 	go func() {
 		defer c.loops.Done()
+		if pred != nil && !pred.wait(c.ctx, c.now) {
+			return
+		}
 		retry := newBackoff(100*time.Millisecond, min(5*time.Second, c.cfg.TTL))
 		for {
 			select {

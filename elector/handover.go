@@ -66,13 +66,19 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	cancelDrain()
 	// The release acknowledges, and an acknowledgement vouches that nobody admits any
 	// more: not before this term's own predecessor is known to have stopped. A term
-	// still settling lets go once its predecessor's deadline has passed (at most a TTL),
-	// whatever ctx says, since giving up the wait would leave the key held for longer.
+	// still settling lets go once its predecessor's deadline has passed (at most a TTL);
+	// if ctx ends first, the release goes on in the background after that wait.
 	if !t.pred.isProven() {
 		e.c.log().Info("handing over once the previous leader is known to have stopped",
 			zap.String("election", e.name), zap.Int64("token", t.Token), zap.Duration("at_most", max(0, t.pred.stoppedBy.Sub(e.c.now()))))
-		if !t.pred.wait(e.c.ctx, e.c.now) {
-			return e.c.ctx.Err()
+		wctx, cancelWait := context.WithCancel(ctx)
+		stopAfter := context.AfterFunc(e.c.ctx, cancelWait)
+		proven := t.pred.wait(wctx, e.c.now)
+		stopAfter()
+		cancelWait()
+		if !proven {
+			e.c.retryRelease(e.name, t.Token, t.lease, t.pred)
+			return ctx.Err()
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
@@ -82,7 +88,7 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 		e.c.storeFailed("release", err)
 		// Keep trying in the background: a key left held keeps the fleet leaderless
 		// for as long as the lease lives, which would be the whole hold-off.
-		e.c.retryRelease(e.name, t.Token, t.lease)
+		e.c.retryRelease(e.name, t.Token, t.lease, nil)
 		return err
 	}
 	e.mu.Lock()
@@ -142,7 +148,7 @@ func (e *Election) stop() {
 		}
 		e.publishAlone("election no longer configured")
 		if err != nil && held.lease != nil {
-			e.c.retryRelease(e.name, held.Token, held.lease)
+			e.c.retryRelease(e.name, held.Token, held.lease, held.pred)
 		}
 	})
 }
@@ -192,7 +198,7 @@ func (e *Election) releaseAgainLocked(token int64, l *lease) {
 		defer cancel()
 		if err := e.c.cfg.Backend.Release(rctx, e.name, token, l.id); err != nil {
 			e.c.storeFailed("release", err)
-			e.c.retryRelease(e.name, token, l)
+			e.c.retryRelease(e.name, token, l, nil)
 		}
 	}()
 }

@@ -3,7 +3,6 @@ package electortest_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,28 +84,10 @@ func observe(t *testing.T, s *electortest.Store) elector.Observation {
 	return o
 }
 
-// keepTime advances s's clock by ttl/200 every 10ms until the test ends, or until the
-// function it returns is called.
+// keepTime advances s's clock at about real speed (ttl/200 every 10ms) until the test
+// ends, or until the function it returns is called.
 func keepTime(t *testing.T, s *electortest.Store) (stopNow func()) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	var once sync.Once
-	stopNow = func() { once.Do(func() { close(stop); <-done }) }
-	t.Cleanup(stopNow)
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				s.Advance(ttl / 200)
-			}
-		}
-	}()
-	return stopNow
+	return s.RunClock(t, ttl/200)
 }
 
 func TestElectionOnFakeStore(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
@@ -85,6 +86,32 @@ func (s *Store) Advance(d time.Duration) {
 	defer s.mu.Unlock()
 	s.now = s.now.Add(d)
 	s.expireLocked()
+}
+
+// RunClock moves the store's clock forward at about real speed, in steps of step, until the
+// test ends: for a test that wants time to pass as it would, the first winner of an election
+// included (it waits a ttl, see elector's settle.go). The function it returns stops the
+// clock sooner.
+func (s *Store) RunClock(t testing.TB, step time.Duration) (stopNow func()) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var once sync.Once
+	stopNow = func() { once.Do(func() { close(stop); <-done }) }
+	t.Cleanup(stopNow)
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(step)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				s.Advance(step)
+			}
+		}
+	}()
+	return stopNow
 }
 
 // SetDown makes every request of every client fail with err (a store cut off from all its
