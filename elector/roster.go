@@ -23,6 +23,9 @@ type CandidateInfo struct {
 	Healthy bool `json:"healthy"`
 	// Priority ranks the candidate (see priority.go): 0 never campaigns.
 	Priority int `json:"priority"`
+	// Layer4 is the address (host:port) at which peers reach this candidate's layer-4
+	// services of the election when it leads (see Election.SetLayer4Address); may be empty.
+	Layer4 string `json:"layer4,omitempty"`
 }
 
 // info is what this candidate announces in e now.
@@ -30,7 +33,7 @@ func (e *Election) info() CandidateInfo {
 	e.mu.Lock()
 	healthy := !e.holdUntil.After(e.c.now())
 	e.mu.Unlock()
-	return CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: healthy, Priority: e.c.Priority()}
+	return CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: healthy, Priority: e.c.Priority(), Layer4: e.layer4Address()}
 }
 
 func (i CandidateInfo) encode() []byte {
