@@ -1,13 +1,12 @@
 package termconn
 
 import (
-	"errors"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are process-wide, registered with each config's registry (see Register).
+// metrics are process-wide, registered with each config's registry (see Collectors).
 var metrics = struct {
 	open *prometheus.GaugeVec
 	cut  *prometheus.CounterVec
@@ -22,17 +21,10 @@ var metrics = struct {
 	}, []string{"election", "kind", "reason"}),
 }
 
-// Register adds the collectors to a config's registry; a registry that has them already is fine.
-func Register(reg *prometheus.Registry) error {
-	if reg == nil {
-		return nil
-	}
-	for _, c := range []prometheus.Collector{metrics.open, metrics.cut} {
-		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-			return err
-		}
-	}
-	return nil
+// Collectors are the package's metrics, which the leader app registers with each config's
+// registry.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{metrics.open, metrics.cut}
 }
 
 func termLabel(token int64) string { return strconv.FormatInt(token, 10) }
