@@ -18,11 +18,17 @@ const (
 // so it must be inside the module; `go test` runs it with the same toolchain, since it
 // puts its own GOROOT/bin first in PATH.
 func BuildCaddy(out string, race bool) error {
+	return BuildPackage(out, caddyPackage, race)
+}
+
+// BuildPackage builds the command pkg into out, with the race detector if race is set, from
+// the module of the working directory (a nested module's tests build its own Caddy).
+func BuildPackage(out, pkg string, race bool) error {
 	args := []string{"build", "-o", out}
 	if race {
 		args = append(args, "-race")
 	}
-	return goBuild(append(args, caddyPackage)...)
+	return goBuild(append(args, pkg)...)
 }
 
 // BuildEtcdLocal builds the loopback etcd (cmd/etcd-local) into out.

@@ -49,6 +49,9 @@ type Config struct {
 	// leader_gate runs, X-Admitted-At when the proxy sends the admitted request on (both
 	// `{time.now}`, Go's time.Time format). A Variant is sent as X-Config-Variant.
 	Backend string
+	// Apps, when set, adds apps to the instance's configuration (the layer-4 tests add
+	// caddy-l4's `layer4` app).
+	Apps func(in *Instance) map[string]any
 }
 
 // JSON renders c as the complete Caddy configuration of instance in:
@@ -136,6 +139,39 @@ func (c Config) JSON(in *Instance) []byte {
 	if c.DrainTimeout != "" {
 		leaderApp["drain_timeout"] = c.DrainTimeout
 	}
+	apps := map[string]any{
+		"leader": leaderApp,
+		"http": map[string]any{
+			"grace_period": "2s",
+			"servers": map[string]any{
+				"e2e": map[string]any{
+					"listen":          []string{fmt.Sprintf("127.0.0.1:%d", in.HTTPPort)},
+					"automatic_https": map[string]any{"disable": true},
+					"routes": []any{
+						gatedRoute,
+						route(path("/leader"), subroute(
+							route(leader, respond(200, "{http.leader.self} {http.leader.token}")),
+							route(nil, respond(503, "not the leader")),
+						)),
+						route(path("/health"), subroute(
+							route([]map[string]any{{"leader_candidate": map[string]any{}}}, respond(200, "healthy")),
+							route(nil, respond(503, "not a healthy candidate")),
+						)),
+						route(path("/whoami"), subroute(
+							route(leader, respond(200, whoami)),
+							route(nil, respond(200, whoami)),
+						)),
+						route(path("/plain"), respond(200, "plain")),
+					},
+				},
+			},
+		},
+	}
+	if c.Apps != nil {
+		for name, app := range c.Apps(in) {
+			apps[name] = app
+		}
+	}
 	cfg := map[string]any{
 		"admin": map[string]any{
 			"listen": fmt.Sprintf("127.0.0.1:%d", in.AdminPort),
@@ -143,34 +179,7 @@ func (c Config) JSON(in *Instance) []byte {
 		},
 		"storage": map[string]any{"module": "file_system", "root": filepath.Join(in.Dir, "storage")},
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "INFO"}}},
-		"apps": map[string]any{
-			"leader": leaderApp,
-			"http": map[string]any{
-				"grace_period": "2s",
-				"servers": map[string]any{
-					"e2e": map[string]any{
-						"listen":          []string{fmt.Sprintf("127.0.0.1:%d", in.HTTPPort)},
-						"automatic_https": map[string]any{"disable": true},
-						"routes": []any{
-							gatedRoute,
-							route(path("/leader"), subroute(
-								route(leader, respond(200, "{http.leader.self} {http.leader.token}")),
-								route(nil, respond(503, "not the leader")),
-							)),
-							route(path("/health"), subroute(
-								route([]map[string]any{{"leader_candidate": map[string]any{}}}, respond(200, "healthy")),
-								route(nil, respond(503, "not a healthy candidate")),
-							)),
-							route(path("/whoami"), subroute(
-								route(leader, respond(200, whoami)),
-								route(nil, respond(200, whoami)),
-							)),
-							route(path("/plain"), respond(200, "plain")),
-						},
-					},
-				},
-			},
-		},
+		"apps":    apps,
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
