@@ -247,4 +247,3 @@ func without(nodes []*node, drop *node) []*node {
 	}
 	return out
 }
-
