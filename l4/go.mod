@@ -11,6 +11,7 @@ require (
 	github.com/caddyserver/caddy/v2 v2.11.9
 	github.com/mholt/caddy-l4 v0.1.2
 	go.uber.org/zap v1.28.0
+	golang.org/x/net v0.61.0
 )
 
 require (
@@ -183,7 +184,6 @@ require (
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/crypto/x509roots/fallback v0.0.0-20261030153154-30a33513ff6d // indirect
 	golang.org/x/exp v0.0.0-20260908205506-85c1c2202aba // indirect
-	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

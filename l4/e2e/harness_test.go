@@ -50,9 +50,9 @@ type node struct {
 	proxyAddr, closeAddr string
 }
 
-// startNodes starts etcd, and n instances each with its own redis-server, the layer-4
+// startNodes starts etcd, and n instances with cfg (its HTTP options) each with its own redis-server, the layer-4
 // gates in front of it (follower proxy and follower close), and a link to etcd of its own.
-func startNodes(t *testing.T, n int) []*node {
+func startNodes(t *testing.T, n int, cfg fleet.Config) []*node {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test: starts etcd, redis-server and Caddy processes; skipped with -short")
@@ -80,11 +80,9 @@ func startNodes(t *testing.T, n int) []*node {
 		}
 		nodes[i], byID[id], endpoints[id] = nd, nd, []string{link.URL()}
 	}
-	cfg := fleet.Config{
-		InstanceEndpoints: endpoints,
-		DrainTimeout:      "5s",
-		Apps:              func(in *fleet.Instance) map[string]any { return byID[in.ID].layer4App() },
-	}
+	cfg.InstanceEndpoints = endpoints
+	cfg.DrainTimeout = "5s"
+	cfg.Apps = func(in *fleet.Instance) map[string]any { return byID[in.ID].layer4App() }
 	for i, nd := range nodes {
 		nd.Instance = fleet.StartInstance(t, caddyBin, fmt.Sprintf("c%d", i), cfg)
 	}
