@@ -11,7 +11,11 @@ import (
 
 // TestCaddyfileAdapt runs the golden adapt tests in testdata/caddyfile_adapt: the JSON each
 // Caddyfile adapts to, and the error of each error_* file, line number included.
+// The recipe_* files are the recipes of docs/layer4.md, with the environment below.
 func TestCaddyfileAdapt(t *testing.T) {
+	t.Setenv("ETCD_ENDPOINTS", "10.0.0.11:2379 10.0.0.12:2379")
+	t.Setenv("HOSTNAME", "node-a")
+	t.Setenv("HOST_IP", "10.0.0.5")
 	goldentest.RunDir(t, "testdata/caddyfile_adapt")
 }
 

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,22 +19,7 @@ var caddyBin string
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
 func runMain(m *testing.M) int {
-	flag.Parse()
-	if testing.Short() {
-		return m.Run() // every test skips itself
-	}
-	dir, err := os.MkdirTemp("", "caddy-leader-l4-e2e-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	caddyBin = filepath.Join(dir, "caddy")
-	if err := fleet.BuildPackage(caddyBin, "github.com/caddyleader/caddy-leader/l4/cmd/caddy", os.Getenv("E2E_CADDY_RACE") == "1"); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	return fleet.MainWithCaddy(m, "github.com/caddyleader/caddy-leader/l4/cmd/caddy", &caddyBin)
 }
 
 // node is one Caddy instance with the redis-server it fronts and the link to etcd that a
@@ -46,19 +29,20 @@ type node struct {
 	redis *redisServer
 	link  *faultproxy.Proxy
 	// proxyAddr is the gate whose followers hand connections to the leader; closeAddr the
-	// gate whose followers close them.
-	proxyAddr, closeAddr string
+	// gate whose followers close them; plainAddr caddy-l4's proxy to the service without a
+	// gate, the reference of the benchmarks.
+	proxyAddr, closeAddr, plainAddr string
 }
 
 // startNodes starts etcd, and n instances with cfg (its HTTP options) each with its own redis-server, the layer-4
 // gates in front of it (follower proxy and follower close), and a link to etcd of its own.
-func startNodes(t *testing.T, n int, cfg fleet.Config) []*node {
+func startNodes(t testing.TB, n int, cfg fleet.Config) []*node {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test: starts etcd, redis-server and Caddy processes; skipped with -short")
 	}
 	etcd := etcdtest.Start(t, 1)
-	ports, err := freeport.Pick(3 * n)
+	ports, err := freeport.Pick(4 * n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +57,11 @@ func startNodes(t *testing.T, n int, cfg fleet.Config) []*node {
 		}
 		t.Cleanup(func() { link.Close() })
 		nd := &node{
-			redis:     startRedis(t, ports[3*i]),
+			redis:     startRedis(t, ports[4*i]),
 			link:      link,
-			proxyAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i+1]),
-			closeAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i+2]),
+			proxyAddr: fmt.Sprintf("127.0.0.1:%d", ports[4*i+1]),
+			closeAddr: fmt.Sprintf("127.0.0.1:%d", ports[4*i+2]),
+			plainAddr: fmt.Sprintf("127.0.0.1:%d", ports[4*i+3]),
 		}
 		nodes[i], byID[id], endpoints[id] = nd, nd, []string{link.URL()}
 	}
@@ -89,7 +74,8 @@ func startNodes(t *testing.T, n int, cfg fleet.Config) []*node {
 	return nodes
 }
 
-// layer4App is the node's caddy-l4 configuration: both gates in front of its redis-server.
+// layer4App is the node's caddy-l4 configuration: both gates, and a plain proxy, in front
+// of its redis-server.
 func (nd *node) layer4App() map[string]any {
 	proxy := func(dial string) map[string]any {
 		return map[string]any{"handler": "proxy", "upstreams": []map[string]any{{"dial": []string{dial}}}}
@@ -104,11 +90,12 @@ func (nd *node) layer4App() map[string]any {
 		"close": server(nd.closeAddr,
 			map[string]any{"handler": "leader_gate", "follower": "close", "hold": "0s"},
 			proxy(nd.redis.addr)),
+		"plain": server(nd.plainAddr, proxy(nd.redis.addr)),
 	}}}
 }
 
 // waitFor polls cond until it holds, or fails t after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {

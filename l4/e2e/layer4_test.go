@@ -74,7 +74,7 @@ func TestFaults(t *testing.T) {
 				addrs = append(addrs, nd.proxyAddr)
 			}
 			return addrs
-		})
+		}, dialRedis)
 	})
 	for _, nd := range nodes {
 		if !led[nd] {

@@ -25,7 +25,7 @@ type redisServer struct {
 }
 
 // startRedis starts redis-server on port, without persistence, killed when the test ends.
-func startRedis(t *testing.T, port int) *redisServer {
+func startRedis(t testing.TB, port int) *redisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -69,7 +69,7 @@ type entry struct {
 const logScript = `local t = redis.call('TIME'); redis.call('RPUSH', 'log', ARGV[1] .. ' ' .. t[1] .. string.format('%06d', t[2])); return 1`
 
 // entries returns the service's log from position from on.
-func (r *redisServer) entries(t *testing.T, from int) []entry {
+func (r *redisServer) entries(t testing.TB, from int) []entry {
 	t.Helper()
 	reply, err := r.admin.do("LRANGE", "log", strconv.Itoa(from), "-1")
 	if err != nil {
@@ -89,7 +89,7 @@ func (r *redisServer) entries(t *testing.T, from int) []entry {
 }
 
 // length is the number of entries in the service's log.
-func (r *redisServer) length(t *testing.T) int {
+func (r *redisServer) length(t testing.TB) int {
 	t.Helper()
 	reply, err := r.admin.do("LLEN", "log")
 	if err != nil {
@@ -99,13 +99,13 @@ func (r *redisServer) length(t *testing.T) int {
 }
 
 // relayedConns is how many connections the service accepted besides the test's own.
-func (r *redisServer) relayedConns(t *testing.T) int {
+func (r *redisServer) relayedConns(t testing.TB) int {
 	t.Helper()
 	return r.connectionsReceived(t) - r.ownConns
 }
 
 // connectionsReceived is how many connections the service has accepted.
-func (r *redisServer) connectionsReceived(t *testing.T) int {
+func (r *redisServer) connectionsReceived(t testing.TB) int {
 	t.Helper()
 	reply, err := r.admin.do("INFO", "stats")
 	if err != nil {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -22,13 +21,13 @@ func TestWebsocketFaults(t *testing.T) {
 	rec := startWebsocketService(t)
 	nodes := startNodes(t, 3, fleet.Config{Backend: rec.url, Follower: "forward"})
 	runFaults(t, nodes, allFaults(), rec.log, func(alive func() []*node) stopper {
-		return startWebsocketWriters(writerCount, func() []string {
+		return startWriters(writerCount, func() []string {
 			var urls []string
 			for _, nd := range alive() {
 				urls = append(urls, strings.Replace(nd.URL(), "http://", "ws://", 1)+"/gated/ws")
 			}
 			return urls
-		})
+		}, dialWebsocket)
 	})
 }
 
@@ -79,55 +78,9 @@ func (s *websocketService) log(_ *testing.T, nd *node, from int) []entry {
 	return append([]entry(nil), es[from:]...)
 }
 
-// startWebsocketWriters starts n clients that keep sending tagged messages over a websocket,
-// waiting for each acknowledgement, and reconnect through the next URL when one fails.
-func startWebsocketWriters(n int, urls func() []string) *writers {
-	w := &writers{stop: make(chan struct{})}
-	for id := range n {
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			seq, turn := 0, id
-			for {
-				select {
-				case <-w.stop:
-					return
-				default:
-				}
-				list := urls()
-				target := list[turn%len(list)]
-				turn++
-				ws, err := dialWebsocket(target)
-				if err != nil {
-					time.Sleep(10 * time.Millisecond)
-					continue
-				}
-				for {
-					seq++
-					_ = ws.SetDeadline(time.Now().Add(replyTimeout))
-					var ack string
-					if websocket.Message.Send(ws, fmt.Sprintf("w%d.%d", id, seq)) != nil || websocket.Message.Receive(ws, &ack) != nil {
-						break
-					}
-					w.acked.Add(1)
-					select {
-					case <-w.stop:
-						ws.Close()
-						return
-					case <-time.After(5 * time.Millisecond):
-					}
-				}
-				ws.Close()
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
-	}
-	return w
-}
-
 // dialWebsocket opens a websocket whose handshake is bounded by replyTimeout too (a frozen
 // instance accepts connections but never answers).
-func dialWebsocket(target string) (*websocket.Conn, error) {
+func dialWebsocket(target string) (session, error) {
 	cfg, err := websocket.NewConfig(target, "http://127.0.0.1/")
 	if err != nil {
 		return nil, err
@@ -142,5 +95,17 @@ func dialWebsocket(target string) (*websocket.Conn, error) {
 		conn.Close()
 		return nil, err
 	}
-	return ws, nil
+	return websocketSession{ws}, nil
+}
+
+// websocketSession sends each write as a message and waits for the acknowledgement.
+type websocketSession struct{ *websocket.Conn }
+
+func (s websocketSession) write(tag string) error {
+	_ = s.SetDeadline(time.Now().Add(replyTimeout))
+	if err := websocket.Message.Send(s.Conn, tag); err != nil {
+		return err
+	}
+	var ack string
+	return websocket.Message.Receive(s.Conn, &ack)
 }
