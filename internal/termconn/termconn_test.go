@@ -26,7 +26,7 @@ type member struct {
 
 func (m *member) now() time.Time { return time.Now().Add(time.Duration(m.skew.Load())) }
 
-func startMember(t *testing.T, endpoints []string, id, election string) *member {
+func startMember(t testing.TB, endpoints []string, id, election string) *member {
 	t.Helper()
 	m := &member{}
 	backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: endpoints, Prefix: prefix, DialTimeout: 2 * time.Second})
@@ -42,7 +42,7 @@ func startMember(t *testing.T, endpoints []string, id, election string) *member 
 }
 
 // pair starts two members of a fresh election and returns the leader first.
-func pair(t *testing.T, endpoints []string, election string) (leader, follower *member) {
+func pair(t testing.TB, endpoints []string, election string) (leader, follower *member) {
 	a := startMember(t, endpoints, "a", election)
 	b := startMember(t, endpoints, "b", election)
 	if i, _ := fleet.WaitAgreed(t, 10*time.Second, []*elector.Election{a.e, b.e}); i == 1 {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -40,21 +41,32 @@ var transfer = fault{"transfer", func(t *testing.T, l *node, others []*node) (fu
 	return nil, false
 }, true}
 
-// allFaults are the faults of the safety suite, in an order that leaves one instance.
+// allFaults are the faults of the safety suite, in an order that leaves one instance, with
+// 4 transfers, or as many as L4_TRANSFERS says (to measure handovers).
 func allFaults() []fault {
-	return []fault{
+	transfers := 4
+	if n, err := strconv.Atoi(os.Getenv("L4_TRANSFERS")); err == nil && n > 0 {
+		transfers = n
+	}
+	faults := []fault{
 		{"sigstop", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Stop(); return l.Cont, false }, false},
 		{"store_cut", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.link.Blackhole(); return l.link.Heal, false }, false},
-		transfer, transfer, transfer, transfer,
-		{"sigkill", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Kill(); return nil, true }, false},
-		{"sigterm", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Term(); return nil, true }, true},
 	}
+	for range transfers {
+		faults = append(faults, transfer)
+	}
+	return append(faults,
+		fault{"sigkill", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Kill(); return nil, true }, false},
+		fault{"sigterm", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Term(); return nil, true }, true},
+	)
 }
 
 // runFaults starts writers through the live nodes, injects each fault into the leader of
 // the moment and checks the handover it causes (see checkHandover); it logs the planned
 // handovers' times and returns which nodes led.
-func runFaults(t *testing.T, nodes []*node, faults []fault, log serviceLog, start func(alive func() []*node) stopper) map[*node]bool {
+// kind is the connections' kind in the metrics (layer4, http): after a transfer, the old
+// leader must have cut some.
+func runFaults(t *testing.T, nodes []*node, faults []fault, log serviceLog, kind string, start func(alive func() []*node) stopper) map[*node]bool {
 	t.Helper()
 	var mu sync.Mutex
 	alive := slices.Clone(nodes)
@@ -82,6 +94,7 @@ func runFaults(t *testing.T, nodes []*node, faults []fault, log serviceLog, star
 			for _, nd := range fleetNow {
 				pos[nd] = length(nd)
 			}
+			cutBefore := connectionsCut(t, l, kind)
 			at := time.Now()
 			undo, gone := f.do(t, l, others)
 			if gone {
@@ -102,6 +115,13 @@ func runFaults(t *testing.T, nodes []*node, faults []fault, log serviceLog, star
 				fleet.WaitStableLeader(t, instances(fleetNow), electTimeout)
 			}
 			first := checkHandover(t, fleetNow, l, n, pos, log)
+			if !gone {
+				cut := connectionsCut(t, l, kind) - cutBefore
+				t.Logf("%s: the old leader cut %v connections", f.name, cut)
+				if f.planned && cut == 0 {
+					t.Errorf("%s: the old leader cut no connection, yet writers were connected", f.name)
+				}
+			}
 			if f.planned {
 				handovers = append(handovers, first.Sub(at))
 				t.Logf("%s: first write relayed by the new leader %v after the fault", f.name, first.Sub(at))

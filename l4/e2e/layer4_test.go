@@ -67,7 +67,7 @@ func TestFollowers(t *testing.T) {
 // the old leader's service got no write after the new leader's service got its first.
 func TestFaults(t *testing.T) {
 	nodes := startNodes(t, 3, fleet.Config{})
-	led := runFaults(t, nodes, allFaults(), redisLog, func(alive func() []*node) stopper {
+	led := runFaults(t, nodes, allFaults(), redisLog, "layer4", func(alive func() []*node) stopper {
 		return startWriters(writerCount, func() []string {
 			var addrs []string
 			for _, nd := range alive() {

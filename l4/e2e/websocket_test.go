@@ -20,7 +20,7 @@ import (
 func TestWebsocketFaults(t *testing.T) {
 	rec := startWebsocketService(t)
 	nodes := startNodes(t, 3, fleet.Config{Backend: rec.url, Follower: "forward"})
-	runFaults(t, nodes, allFaults(), rec.log, func(alive func() []*node) stopper {
+	runFaults(t, nodes, allFaults(), rec.log, "http", func(alive func() []*node) stopper {
 		return startWriters(writerCount, func() []string {
 			var urls []string
 			for _, nd := range alive() {
