@@ -34,6 +34,46 @@ type Guard struct {
 	conns   map[*Conn]struct{} // admitted, not yet cut or done
 	running bool               // the watcher runs
 	wake    chan struct{}      // buffered: look again now
+
+	reporter atomic.Pointer[func(Cut)]
+}
+
+// Cut is a batch of connections cut at once for one reason, as a reporter hears of it.
+type Cut struct {
+	Election string
+	Token    int64 // the term that admitted them
+	Kind     string
+	Reason   string
+	Count    int
+}
+
+// SetReporter makes fn hear of every batch of connections the guard cuts (the leader app
+// turns them into events); it replaces the previous reporter. fn must not block.
+func (g *Guard) SetReporter(fn func(Cut)) { g.reporter.Store(&fn) }
+
+// report tells the reporter of the connections in cut that this call closed.
+func (g *Guard) report(cut []*Conn, reasons []string, closed []bool) {
+	fn := g.reporter.Load()
+	if fn == nil {
+		return
+	}
+	batches := map[Cut]int{}
+	for i, c := range cut {
+		if closed[i] {
+			batches[Cut{Election: c.term.Election, Token: c.term.Token, Kind: c.kind, Reason: reasonOr(reasons[i])}]++
+		}
+	}
+	for b, n := range batches {
+		b.Count = n
+		(*fn)(b)
+	}
+}
+
+func reasonOr(reason string) string {
+	if reason == "" {
+		return ReasonEnded
+	}
+	return reason
 }
 
 var guards sync.Map // *elector.Election -> *Guard
@@ -120,9 +160,11 @@ func (g *Guard) CutAll() {
 		all = append(all, c)
 	}
 	g.mu.Unlock()
-	for _, c := range all {
-		c.cut(ReasonShutdown)
+	reasons, closed := make([]string, len(all)), make([]bool, len(all))
+	for i, c := range all {
+		reasons[i], closed[i] = ReasonShutdown, c.cut(ReasonShutdown)
 	}
+	g.report(all, reasons, closed)
 }
 
 // watch cuts each tracked connection when its term stops admitting. It runs while any
@@ -146,20 +188,21 @@ func (g *Guard) watch() {
 				next = min(next, c.wakeIn(now))
 			}
 		}
-		if len(g.conns) == len(cut) {
+		last := len(g.conns) == len(cut)
+		if last {
 			g.running = false
 			for _, c := range cut {
 				delete(g.conns, c)
 			}
-			g.mu.Unlock()
-			for i, c := range cut {
-				c.cut(reasons[i])
-			}
-			return
 		}
 		g.mu.Unlock()
+		closed := make([]bool, len(cut))
 		for i, c := range cut {
-			c.cut(reasons[i])
+			closed[i] = c.cut(reasons[i])
+		}
+		g.report(cut, reasons, closed)
+		if last {
+			return
 		}
 		timer.Reset(max(next, 0))
 		select {
@@ -260,7 +303,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
 		if reason, ok := c.admits(c.g.e.Now()); !ok {
-			c.cut(reason)
+			c.cutAndReport(reason)
 			return 0, ErrCut
 		}
 	}
@@ -273,7 +316,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 // Write implements net.Conn: nothing is written once the term stopped admitting.
 func (c *Conn) Write(b []byte) (int, error) {
 	if reason, ok := c.admits(c.g.e.Now()); !ok {
-		c.cut(reason)
+		c.cutAndReport(reason)
 		return 0, ErrCut
 	}
 	return c.Conn.Write(b)
@@ -287,17 +330,23 @@ func (c *Conn) CloseWrite() error {
 	return c.Conn.Close()
 }
 
-// cut closes the connection for reason, once.
-func (c *Conn) cut(reason string) {
+// cut closes the connection for reason, once; it reports whether this call closed it.
+func (c *Conn) cut(reason string) bool {
+	closed := false
 	c.cutOnce.Do(func() {
+		closed = true
 		c.isCut.Store(true)
 		c.g.forget(c)
 		_ = c.Conn.Close()
-		if reason == "" {
-			reason = ReasonEnded
-		}
-		metrics.cut.WithLabelValues(c.term.Election, c.kind, reason).Inc()
+		metrics.cut.WithLabelValues(c.term.Election, c.kind, reasonOr(reason)).Inc()
 	})
+	return closed
+}
+
+// cutAndReport is cut for one connection that found its term over on its own.
+func (c *Conn) cutAndReport(reason string) {
+	closed := c.cut(reason)
+	c.g.report([]*Conn{c}, []string{reason}, []bool{closed})
 }
 
 // Done ends the tracking of the connection once its handler has returned (nothing relays

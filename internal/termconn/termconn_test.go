@@ -91,6 +91,8 @@ func TestGuard(t *testing.T) {
 
 	t.Run("handover_cuts_before_the_key_is_released", func(t *testing.T) {
 		leader, follower := pair(t, endpoints, "handover")
+		reports := make(chan Cut, 4)
+		For(leader.e).SetReporter(func(c Cut) { reports <- c })
 		c, peer := admitPipe(t, leader, Options{Kind: "test"})
 		resigned := make(chan error, 1)
 		go func() { resigned <- leader.e.Resign(context.Background(), time.Minute) }()
@@ -107,6 +109,10 @@ func TestGuard(t *testing.T) {
 		case err := <-resigned:
 			t.Fatalf("resign returned (%v) before the connection was done", err)
 		default:
+		}
+		want := Cut{Election: "handover", Token: c.Term().Token, Kind: "test", Reason: ReasonHandover, Count: 1}
+		if got := <-reports; got != want {
+			t.Errorf("reported %+v, want %+v", got, want)
 		}
 		c.Done()
 		if err := <-resigned; err != nil {
