@@ -33,7 +33,6 @@ type Guard struct {
 	mu      sync.Mutex
 	conns   map[*Conn]struct{} // admitted, not yet cut or done
 	running bool               // the watcher runs
-	wake    chan struct{}      // buffered: look again now
 
 	reporter atomic.Pointer[func(Cut)]
 }
@@ -83,7 +82,7 @@ func For(e *elector.Election) *Guard {
 	if g, ok := guards.Load(e); ok {
 		return g.(*Guard)
 	}
-	g, _ := guards.LoadOrStore(e, &Guard{e: e, conns: make(map[*Conn]struct{}), wake: make(chan struct{}, 1)})
+	g, _ := guards.LoadOrStore(e, &Guard{e: e, conns: make(map[*Conn]struct{})})
 	return g.(*Guard)
 }
 
@@ -129,20 +128,13 @@ func (g *Guard) track(conn net.Conn, t *elector.Term, opt Options) *Conn {
 	start := !g.running
 	g.running = true
 	g.mu.Unlock()
+	// A running watcher need not look again: the connection was admitted under the
+	// term that admits now, whose deadline and changes it already waits for (connections
+	// of any earlier term were cut when that term changed).
 	if start {
 		go g.watch()
-	} else {
-		g.poke()
 	}
 	return c
-}
-
-// poke makes the watcher look again.
-func (g *Guard) poke() {
-	select {
-	case g.wake <- struct{}{}:
-	default:
-	}
 }
 
 // Open is the number of tracked connections not yet cut or done.
@@ -168,8 +160,8 @@ func (g *Guard) CutAll() {
 }
 
 // watch cuts each tracked connection when its term stops admitting. It runs while any
-// connection is tracked, waking at every change of the election, at the nearest deadline
-// or drain end, and when a connection is added.
+// connection is tracked, waking at every change of the election and at the nearest
+// deadline or drain end.
 func (g *Guard) watch() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -207,7 +199,6 @@ func (g *Guard) watch() {
 		timer.Reset(max(next, 0))
 		select {
 		case <-changed:
-		case <-g.wake:
 		case <-timer.C:
 		}
 		if !timer.Stop() {
