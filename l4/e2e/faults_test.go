@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -31,15 +32,27 @@ type fault struct {
 	do func(t *testing.T, l *node, others []*node) (undo func(), gone bool)
 	// planned faults are timed: from the fault to the new leader's first write.
 	planned bool
+	// sameMayWin: the old leader may win the next term itself (the key deleted under it).
+	sameMayWin bool
 }
 
-var transfer = fault{"transfer", func(t *testing.T, l *node, others []*node) (func(), bool) {
+// keyDelete deletes the election key under the leader, as an operator might.
+var keyDelete = fault{name: "key_delete", sameMayWin: true, do: func(t *testing.T, l *node, _ []*node) (func(), bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := l.etcd.Client(t).Delete(ctx, "/caddy-leader/default"); err != nil {
+		t.Fatalf("deleting the election key: %v", err)
+	}
+	return nil, false
+}}
+
+var transfer = fault{name: "transfer", planned: true, do: func(t *testing.T, l *node, others []*node) (func(), bool) {
 	resp, err := l.Admin(http.MethodPost, "/leader/default/transfer?to="+others[0].ID+"&timeout=10s", nil)
 	if err != nil || resp.Status != http.StatusOK {
 		t.Fatalf("transfer: %v %+v", err, resp)
 	}
 	return nil, false
-}, true}
+}}
 
 // allFaults are the faults of the safety suite, in an order that leaves one instance, with
 // 4 transfers, or as many as L4_TRANSFERS says (to measure handovers).
@@ -49,15 +62,16 @@ func allFaults() []fault {
 		transfers = n
 	}
 	faults := []fault{
-		{"sigstop", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Stop(); return l.Cont, false }, false},
-		{"store_cut", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.link.Blackhole(); return l.link.Heal, false }, false},
+		{"sigstop", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Stop(); return l.Cont, false }, false, false},
+		{"store_cut", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.link.Blackhole(); return l.link.Heal, false }, false, false},
+		keyDelete,
 	}
 	for range transfers {
 		faults = append(faults, transfer)
 	}
 	return append(faults,
-		fault{"sigkill", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Kill(); return nil, true }, false},
-		fault{"sigterm", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Term(); return nil, true }, true},
+		fault{"sigkill", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Kill(); return nil, true }, false, false},
+		fault{"sigterm", func(t *testing.T, l *node, _ []*node) (func(), bool) { l.Term(); return nil, true }, true, false},
 	)
 }
 
@@ -84,7 +98,7 @@ func runFaults(t *testing.T, nodes []*node, faults []fault, log serviceLog, kind
 			mu.Lock()
 			fleetNow := slices.Clone(alive)
 			mu.Unlock()
-			leaderIn, _ := fleet.WaitStableLeader(t, instances(fleetNow), electTimeout)
+			leaderIn, token := fleet.WaitStableLeader(t, instances(fleetNow), electTimeout)
 			l := byInstance(fleetNow, leaderIn)
 			led[l] = true
 			begin := length(l)
@@ -102,8 +116,12 @@ func runFaults(t *testing.T, nodes []*node, faults []fault, log serviceLog, kind
 				alive = without(alive, l)
 				mu.Unlock()
 			}
-			newIn, _ := fleet.WaitStableLeader(t, instances(others), electTimeout)
-			n := byInstance(others, newIn)
+			candidates := others
+			if f.sameMayWin {
+				candidates = fleetNow
+			}
+			newIn, _ := waitNewTerm(t, candidates, token)
+			n := byInstance(candidates, newIn)
 			led[n] = true
 			waitFor(t, electTimeout, "writes reaching the new leader's service", func() bool { return length(n) >= pos[n]+20 })
 			if undo != nil {
@@ -113,6 +131,15 @@ func runFaults(t *testing.T, nodes []*node, faults []fault, log serviceLog, kind
 				// The old leader is back (thawed, reconnected): whatever it still had
 				// to relay, it has had the time to, once every member agrees again.
 				fleet.WaitStableLeader(t, instances(fleetNow), electTimeout)
+			}
+			if n == l {
+				// The same instance won the next term: its service cannot tell the two
+				// terms' writes apart, so this step checks the cut (below) only.
+				t.Logf("%s: %s won the next term too", f.name, l.ID)
+				if cut := connectionsCut(t, l, kind) - cutBefore; cut == 0 {
+					t.Errorf("%s: no connection of the ended term was cut", f.name)
+				}
+				return
 			}
 			first := checkHandover(t, fleetNow, l, n, pos, log)
 			if !gone {
@@ -148,6 +175,22 @@ func runFaults(t *testing.T, nodes []*node, faults []fault, log serviceLog, kind
 		}
 	}
 	return led
+}
+
+// waitNewTerm waits until the members agree on a leader of a term newer than token.
+func waitNewTerm(t *testing.T, members []*node, token int64) (*fleet.Instance, int64) {
+	t.Helper()
+	deadline := time.Now().Add(electTimeout)
+	for {
+		in, got := fleet.WaitStableLeader(t, instances(members), electTimeout)
+		if got > token {
+			return in, got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no term newer than %d within %v", token, electTimeout)
+		}
+		time.Sleep(fleet.PollInterval)
+	}
 }
 
 // checkHandover checks one fault: since pos, the old leader l's service got no write after

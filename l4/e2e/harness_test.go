@@ -28,6 +28,7 @@ type node struct {
 	*fleet.Instance
 	redis *redisServer
 	link  *faultproxy.Proxy
+	etcd  *etcdtest.Cluster // the fleet's store, shared
 	// proxyAddr is the gate whose followers hand connections to the leader; closeAddr the
 	// gate whose followers close them; plainAddr caddy-l4's proxy to the service without a
 	// gate, the reference of the benchmarks.
@@ -59,6 +60,7 @@ func startNodes(t testing.TB, n int, cfg fleet.Config) []*node {
 		nd := &node{
 			redis:     startRedis(t, ports[4*i]),
 			link:      link,
+			etcd:      etcd,
 			proxyAddr: fmt.Sprintf("127.0.0.1:%d", ports[4*i+1]),
 			closeAddr: fmt.Sprintf("127.0.0.1:%d", ports[4*i+2]),
 			plainAddr: fmt.Sprintf("127.0.0.1:%d", ports[4*i+3]),
