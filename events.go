@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/termconn"
 )
 
 // Events the leader app emits through Caddy's events app. The election events carry the
@@ -29,6 +30,12 @@ const (
 	// EventStoreReachable: the store confirmed the lease again after
 	// EventStoreUnreachable. Data: self, failed_requests, unreachable_seconds.
 	EventStoreReachable = "leader_store_reachable"
+
+	// EventConnectionsCut: connections admitted under a term of this instance (layer-4
+	// connections, HTTP upgrades) were cut because the term stopped admitting. One event
+	// per batch cut at once. Data: election, self, token, kind (layer4, http), reason
+	// (handover, released, deadline, ended), count.
+	EventConnectionsCut = "leader_connections_cut"
 )
 
 // candidateObserver turns what the elector reports into metrics and Caddy events. One is
@@ -176,3 +183,15 @@ var (
 	_ elector.ContactObserver = (*candidateObserver)(nil)
 	_ caddyevents.Handler     = configStarted{}
 )
+
+// connectionsCut reports a batch of connections cut by a term's guard (see termconn).
+func (o *candidateObserver) connectionsCut(c termconn.Cut) {
+	o.enqueue(EventConnectionsCut, map[string]any{
+		"election": c.Election,
+		"self":     o.self,
+		"token":    c.Token,
+		"kind":     c.Kind,
+		"reason":   c.Reason,
+		"count":    c.Count,
+	})
+}

@@ -310,6 +310,9 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 
 // serveAdmitted runs a request admitted under term t.
 func (g *Gate) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, t *elector.Term) error {
+	if upgrading(r) {
+		return g.serveUpgrade(w, r, next, t)
+	}
 	if g.CancelOnLoss {
 		return g.serveCancellable(w, r, next, t)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/termconn"
 )
 
 // Request outcomes counted by caddy_leader_requests_total.
@@ -50,8 +51,8 @@ var metrics = struct {
 
 // metricCollectors are every collector the plugin exports.
 func metricCollectors() []prometheus.Collector {
-	return []prometheus.Collector{metrics.transitions, metrics.requests, metrics.holdDuration, metrics.storeErrors, metrics.state,
-		failsafeRounds, failsafeCollector{}}
+	return append([]prometheus.Collector{metrics.transitions, metrics.requests, metrics.holdDuration, metrics.storeErrors, metrics.state,
+		failsafeRounds, failsafeCollector{}}, termconn.Collectors()...)
 }
 
 // registerMetrics adds the collectors to a config's registry.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/etcdbackend"
+	"github.com/caddyleader/caddy-leader/internal/termconn"
 )
 
 func init() {
@@ -427,6 +428,8 @@ func (a *App) election(name string) *elector.Election {
 	}
 	e := a.candidate.Election(name)
 	a.elections[name] = e
+	// The connections cut when a term ends are reported with this config's events app.
+	termconn.For(e).SetReporter(a.observer.connectionsCut)
 	return e
 }
 

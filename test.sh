@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test, on a fresh machine as in CI: installs what the tests need and is missing
-# (promtool, HAProxy, PostgreSQL and PgBouncer, through apt-get), then runs
+# (promtool, HAProxy, PostgreSQL, PgBouncer and Redis, through apt-get), then runs
 #   go test -race -count=1 -timeout 45m ./...
 # in this module and in every nested one (each directory with a go.mod, but tools/), and ends
 # with a line that says which tests were skipped and why, or that none was.
@@ -53,6 +53,14 @@ install_missing() {
 		"${sudo[@]}" service pgbouncer stop >/dev/null 2>&1 || true
 	fi
 	have_postgres && have_pgbouncer && echo "PostgreSQL and PgBouncer installed"
+
+	step "redis-server (l4/e2e starts its own servers, never the system service)"
+	if ! command -v redis-server >/dev/null; then
+		apt_install redis-server
+		# Debian starts its own service on install; the tests start theirs.
+		"${sudo[@]}" service redis-server stop >/dev/null 2>&1 || true
+	fi
+	redis-server --version
 }
 
 [[ -n ${TEST_NO_INSTALL:-} ]] || install_missing

@@ -7,19 +7,24 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 readonly plugin_module=github.com/caddyleader/caddy-leader
+readonly l4_module=github.com/caddyleader/caddy-leader/l4
 caddy_version=${CADDY_VERSION:-v2.11.9}
 
 # The modules this plugin registers; a binary that lacks one of them was built without it.
 readonly plugin_modules=(leader http.handlers.leader_gate http.matchers.leader events.handlers.leader_webhook)
+# The layer-4 modules, checked too when ./caddy is built with --l4.
+readonly l4_modules=(layer4.matchers.leader layer4.handlers.leader_gate)
 
 usage() {
 	cat <<EOF
 Usage: ./xcaddy.sh COMMAND [ARGS...]
 
 Commands:
-  build [XCADDY_ARGS...]  Build ./caddy with this plugin from the checkout, pinned to
+  build [--l4] [XCADDY_ARGS...]
+                          Build ./caddy with this plugin from the checkout, pinned to
                           Caddy $caddy_version (set CADDY_VERSION to change it), then
                           check that 'caddy list-modules' shows the plugin's modules.
+                          --l4 adds the layer-4 modules (the l4/ module, with caddy-l4).
                           XCADDY_ARGS are passed on to 'xcaddy build' (e.g. --with MODULE).
   run [CADDY_ARGS...]     Build ./caddy if it is missing or older than the Go sources,
                           then run './caddy run CADDY_ARGS...' (default:
@@ -83,6 +88,12 @@ build() {
 		xcaddy=(xcaddy)
 	fi
 
+	local with_l4=()
+	if [[ ${1:-} == --l4 ]]; then
+		shift
+		with_l4=(--with "$l4_module@v0.0.0=$PWD/l4")
+	fi
+
 	# Ctrl-C stops xcaddy too; that is no build failure to report.
 	local interrupted=false
 	trap 'interrupted=true' INT
@@ -91,15 +102,17 @@ build() {
 	run_cmd "${xcaddy[@]}" build "$caddy_version" \
 		--output "$PWD/caddy" \
 		--with "$plugin_module@v0.0.0=$PWD" \
+		"${with_l4[@]}" \
 		"$@" || {
 		$interrupted && exit 130
 		die "building ./caddy failed; the output above says why"
 	}
 	trap - INT
 
-	check_modules
+	check_modules "${plugin_modules[@]}" ${with_l4[@]:+"${l4_modules[@]}"}
 }
 
+# check_modules MODULE...: ./caddy lists every MODULE.
 check_modules() {
 	[[ -x ./caddy ]] || die "the build finished but ./caddy is missing or not executable"
 
@@ -107,13 +120,13 @@ check_modules() {
 	listed=$(./caddy list-modules) || die "./caddy list-modules failed"
 
 	local missing=() module
-	for module in "${plugin_modules[@]}"; do
+	for module in "$@"; do
 		grep -Fqx -- "$module" <<<"$listed" || missing+=("$module")
 	done
 	if ((${#missing[@]} > 0)); then
 		die "./caddy was built but does not list these caddy-leader modules: ${missing[*]}"
 	fi
-	printf 'ok: ./caddy lists %s\n' "${plugin_modules[*]}"
+	printf 'ok: ./caddy lists %s\n' "$*"
 }
 
 # needs_build BINARY [PATH...]: true when BINARY is missing, or when a Go source (tests

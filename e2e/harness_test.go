@@ -4,11 +4,8 @@ package e2e
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -42,24 +39,7 @@ var caddyBin string
 
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
-func runMain(m *testing.M) int {
-	flag.Parse()
-	if testing.Short() {
-		return m.Run() // every test skips itself
-	}
-	dir, err := os.MkdirTemp("", "caddy-leader-e2e-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	caddyBin = filepath.Join(dir, "caddy")
-	if err := fleet.BuildCaddy(caddyBin, os.Getenv("E2E_CADDY_RACE") == "1"); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
-		return 1
-	}
-	return m.Run()
-}
+func runMain(m *testing.M) int { return fleet.MainWithCaddy(m, fleet.CaddyPackage, &caddyBin) }
 
 // needCaddy skips the test under -short: end-to-end tests start real processes.
 func needCaddy(t *testing.T) {

@@ -72,6 +72,8 @@ type Election struct {
 	// announcedValue what it announced (campaign loop only).
 	announced      LeaseID
 	announcedValue []byte
+	// layer4 is the layer-4 address this candidate announces (see SetLayer4Address).
+	layer4 atomic.Pointer[string]
 
 	users     int // guarded by c.mu
 	startOnce sync.Once

@@ -33,6 +33,9 @@ type CandidateInfo struct {
 	HoldOffUntil time.Time `json:"hold_off_until,omitzero"`
 	// Leaving is set on a candidate that is leaving the election (a graceful stop).
 	Leaving bool `json:"leaving,omitempty"`
+	// Layer4 is the address (host:port) at which peers reach this candidate's layer-4
+	// services of the election when it leads (see Election.SetLayer4Address); may be empty.
+	Layer4 string `json:"layer4,omitempty"`
 }
 
 // info is what this candidate announces in e now.
@@ -53,6 +56,7 @@ func (e *Election) info() CandidateInfo {
 		// hold-off lasts; Round(0) drops the monotonic reading, which JSON cannot carry.
 		info.HoldOffUntil = now.Add(left).Round(0).Truncate(time.Second)
 	}
+	info.Layer4 = e.layer4Address()
 	return info
 }
 

@@ -62,6 +62,9 @@ type Config struct {
 	// AccessLog turns on the HTTP server's access log (into the instance's log), in which
 	// every request each instance handled can be counted, forwarded ones included.
 	AccessLog bool
+	// Apps, when set, adds apps to the instance's configuration (the layer-4 tests add
+	// caddy-l4's `layer4` app).
+	Apps func(in *Instance) map[string]any
 }
 
 // JSON renders c as the complete Caddy configuration of instance in:
@@ -186,6 +189,18 @@ func (c Config) JSON(in *Instance) []byte {
 	if c.AccessLog {
 		server["logs"] = map[string]any{}
 	}
+	apps := map[string]any{
+		"leader": leaderApp,
+		"http": map[string]any{
+			"grace_period": "2s",
+			"servers":      map[string]any{"e2e": server},
+		},
+	}
+	if c.Apps != nil {
+		for name, app := range c.Apps(in) {
+			apps[name] = app
+		}
+	}
 	cfg := map[string]any{
 		"admin": map[string]any{
 			"listen": fmt.Sprintf("127.0.0.1:%d", in.AdminPort),
@@ -193,13 +208,7 @@ func (c Config) JSON(in *Instance) []byte {
 		},
 		"storage": map[string]any{"module": "file_system", "root": filepath.Join(in.Dir, "storage")},
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "INFO"}}},
-		"apps": map[string]any{
-			"leader": leaderApp,
-			"http": map[string]any{
-				"grace_period": "2s",
-				"servers":      map[string]any{"e2e": server},
-			},
-		},
+		"apps":    apps,
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {

@@ -1,0 +1,55 @@
+package leaderl4
+
+import (
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	_ "github.com/mholt/caddy-l4"
+
+	"github.com/caddyleader/caddy-leader/internal/goldentest"
+)
+
+// TestCaddyfileAdapt runs the golden adapt tests in testdata/caddyfile_adapt: the JSON each
+// Caddyfile adapts to, and the error of each error_* file, line number included.
+// The recipe_* files are the recipes of docs/layer4.md, with the environment below.
+func TestCaddyfileAdapt(t *testing.T) {
+	t.Setenv("ETCD_ENDPOINTS", "10.0.0.11:2379 10.0.0.12:2379")
+	t.Setenv("HOSTNAME", "node-a")
+	t.Setenv("HOST_IP", "10.0.0.5")
+	goldentest.RunDir(t, "testdata/caddyfile_adapt")
+}
+
+// TestGateCheck covers what only JSON can get wrong, field by field.
+func TestGateCheck(t *testing.T) {
+	hold := func(s string) *caddy.Duration {
+		d, err := caddy.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := caddy.Duration(d)
+		return &v
+	}
+	for _, tt := range []struct {
+		name string
+		gate Gate
+		want string
+	}{
+		{"follower_unknown", Gate{Follower: "reject", Hold: hold("1s")}, `layer4 leader_gate: follower: "reject" is not one of close, proxy`},
+		{"advertise_without_port", Gate{Follower: FollowerProxy, Advertise: "10.0.0.5", Hold: hold("1s")}, `layer4 leader_gate: advertise: "10.0.0.5" is not a host:port`},
+		{"upstream_without_port", Gate{Follower: FollowerClose, Upstream: "redis", Hold: hold("1s")}, `layer4 leader_gate: upstream: "redis" is not a host:port`},
+		{"drain_negative", Gate{Follower: FollowerClose, Drain: -1, Hold: hold("1s")}, `layer4 leader_gate: drain: -1ns is negative`},
+		{"hold_negative", Gate{Follower: FollowerClose, Hold: hold("-1s")}, `layer4 leader_gate: hold: -1s is negative`},
+		{"placeholders_checked_when_used", Gate{Follower: FollowerProxy, Advertise: "{env.ADDR}", Hold: hold("1s")}, ""},
+		{"valid", Gate{Follower: FollowerProxy, Advertise: "10.0.0.5:6380", Upstream: "127.0.0.1:6379", Hold: hold("0s")}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.gate.check()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.want != "" && (err == nil || err.Error() != tt.want):
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
