@@ -308,7 +308,7 @@ func (f *recipeFleet) disturbed(from time.Time) string {
 				continue
 			}
 			at := time.Unix(0, int64(entry.TS*float64(time.Second)))
-			for _, sign := range []string{"etcd request failing", "lease lost", "could not connect to etcd"} {
+			for _, sign := range []string{"store request failing", "etcd request failing", "lease lost", "could not connect to etcd"} {
 				if at.After(from) && strings.HasPrefix(entry.Msg, sign) {
 					return fmt.Sprintf("%s at %s: %s", in, at.Format("15:04:05.000"), entry.Msg)
 				}
