@@ -95,6 +95,8 @@ type ElectionStatus struct {
 	Candidates []CandidateStatus `json:"candidates"`
 	// CandidatesError says why the registry could not be read; Candidates is then empty.
 	CandidatesError string `json:"candidates_error,omitempty"`
+	// Failsafe is the election's failsafe state; absent when failsafe is off.
+	Failsafe *elector.FailsafeStatus `json:"failsafe,omitempty"`
 }
 
 // CandidateStatus is one live candidate of an election as GET /leader/ reports it.
@@ -143,8 +145,13 @@ func statusOf(e *elector.Election, now time.Time) ElectionStatus {
 	case t.LeaderKnown():
 		role = "follower"
 	}
+	var fs *elector.FailsafeStatus
+	if st := e.Failsafe(); st.Enabled {
+		fs = &st
+	}
 	holdOff, leaving := e.HoldOff()
 	return ElectionStatus{
+		Failsafe:       fs,
 		Election:       t.Election,
 		Self:           t.Self,
 		Role:           role,

@@ -52,6 +52,11 @@ func init() {
 //			fails    <n>
 //			hold_off <duration>
 //		}
+//		failsafe [<listen>] {
+//			listen  <host:port>
+//			url     <url>
+//			timeout <duration>
+//		}
 //		store         <module> {
 //			...
 //		}
@@ -172,6 +177,15 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			a.StepDown = s
+		case "failsafe":
+			if a.Failsafe != nil {
+				return d.Err("failsafe: given twice")
+			}
+			f, err := unmarshalFailsafe(d)
+			if err != nil {
+				return err
+			}
+			a.Failsafe = f
 		default:
 			etcdOpt := at(d)
 			if ok, err := a.EtcdStore.unmarshalOption(d, opt); ok || err != nil {

@@ -218,6 +218,9 @@ func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) 
 		if e.CandidatesError != "" {
 			fmt.Fprintf(tw, "%s\t(the other candidates are unknown: %s)\n", e.Election, e.CandidatesError)
 		}
+		if note := failsafeNote(e.Failsafe, now); note != "" {
+			fmt.Fprintf(tw, "%s\t(%s)\n", e.Election, note)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err

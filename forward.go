@@ -43,7 +43,9 @@ const (
 // connections (it crashed; its lease has not run out yet). Between tries the request waits
 // for a settled term and is served right here if this instance has won it. It is tried
 // again only when it certainly did not reach the application: the connection failed, or
-// the ex-leader refused it, and then only if its body can be sent again.
+// the ex-leader refused it, and then only if its body can be sent again. What goes to the
+// leader is the request as the client sent it (see asSent); what is served here, should
+// this instance win meanwhile, is the request as this route's rewrites left it.
 func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	body, replayable, err := bufferBody(r)
 	if err != nil {
@@ -57,7 +59,7 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 		}
 		if try > 1 {
 			ctx, cancel := context.WithDeadline(r.Context(), deadline)
-			t, settled := g.election.WaitSettled(ctx)
+			t, settled := g.waitSettled(ctx)
 			cancel()
 			if !settled {
 				return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
@@ -78,7 +80,7 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 		}
 		changed := g.election.Changed()
 		catcher := newNotLeaderCatcher(w)
-		err := g.forwarder.ServeHTTP(catcher, r, next)
+		err := g.forwarder.ServeHTTP(catcher, asSent(r), next)
 		switch {
 		case catcher.caught:
 			catcher.restoreHeader()

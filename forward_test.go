@@ -210,3 +210,98 @@ func newLoadedContext(t *testing.T) caddy.Context {
 	})
 	return ctx
 }
+
+// TestForwardOneHopAtMost: a follower in forward mode never sends a request to its own
+// address, whether the leader record names this instance's id (a previous process of the
+// instance whose lease has not run out) or its advertise address, and never forwards a
+// request that arrived with a forwarding mark, forged or not. The control case shows that
+// a plain request to a follower of another leader is forwarded.
+func TestForwardOneHopAtMost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster := etcdtest.Start(t, 1)
+	cases := []struct {
+		name                 string
+		leaderID, followerID string
+		followerIsLeaderAddr bool   // the follower's own address is the one the leader record gives
+		mark                 string // a ForwardedByHeader the client sets; empty for none
+		wantForwarded        bool
+		wantNotLeader        bool // the 503 carries NotLeaderHeader
+	}{
+		{"control_plain_request_to_a_follower_is_forwarded", "leader", "follower", false, "", true, false},
+		{"record_with_this_instance_id", "twin", "twin", false, "", false, false},
+		{"record_with_this_instance_address", "leader", "follower", true, "", false, false},
+		{"request_that_came_marked", "leader", "follower", false, "some-peer", false, true},
+		{"request_that_came_with_this_instance_mark", "leader", "follower", false, "follower", false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			election := "hop-" + tc.name
+			var hits atomic.Int32
+			var leader *testInstance
+			var verified atomic.Bool
+			leaderSide := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
+				// The mark binds the method and the request target as they arrive.
+				m := parseMark(r.Header.Get(ForwardedByHeader))
+				key, _ := leader.election.MarkKey(m.token)
+				verified.Store(m.verify(key, r.Method, requestTarget(r), time.Now()))
+				fmt.Fprint(w, "served")
+			}))
+			t.Cleanup(leaderSide.Close)
+
+			eps := cluster.Endpoints()
+			leader = startInstanceAt(t, eps, tc.leaderID, leaderSide.URL, election, 3*time.Second, false)
+			waitUntil(t, "the leader leads", func() bool { _, ok := leader.election.Check(); return ok })
+			follower := startInstance(t, eps, tc.followerID, election, 3*time.Second, false)
+			// The follower has seen the key (its view of a record with its own id may also be
+			// "no leader known").
+			waitUntil(t, "the follower has seen the leader's key", func() bool {
+				return follower.election.Term().Reason != "starting"
+			})
+
+			advertise := "http://" + tc.followerID + ".test:8080"
+			if tc.followerIsLeaderAddr {
+				advertise = leaderSide.URL
+			}
+			hold := caddy.Duration(200 * time.Millisecond)
+			g := newGate(t, Gate{Election: election, Follower: FollowerForward, Hold: &hold}, follower.election)
+			g.selfDial, _ = leaderDial(advertise)
+			if err := g.provisionForwarder(newLoadedContext(t), &App{InstanceID: tc.followerID, Advertise: advertise}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = g.Cleanup() })
+
+			r, _ := gatedRequest(http.MethodGet, "/write?b=2&a=1&x=%2F")
+			if tc.mark != "" {
+				r.Header.Set(ForwardedByHeader, tc.mark)
+			}
+			w := httptest.NewRecorder()
+			next := &recordingNext{}
+			err := g.ServeHTTP(w, r, next)
+			if next.ran {
+				t.Fatal("the follower served the request itself")
+			}
+			if tc.wantForwarded {
+				if err != nil || w.Code != http.StatusOK || hits.Load() != 1 {
+					t.Fatalf("got %d, error %v, %d arrivals at the leader; want 200 through one forward", w.Code, err, hits.Load())
+				}
+				if !verified.Load() {
+					t.Error("the leader could not verify the mark of the forwarded request")
+				}
+				return
+			}
+			assertHandlerError(t, err, http.StatusServiceUnavailable)
+			if n := hits.Load(); n != 0 {
+				t.Errorf("the request was forwarded %d times, want never", n)
+			}
+			if w.Header().Get("Retry-After") == "" {
+				t.Error("503 without Retry-After")
+			}
+			if got := w.Header().Get(NotLeaderHeader) != ""; got != tc.wantNotLeader {
+				t.Errorf("%s set: %v, want %v", NotLeaderHeader, got, tc.wantNotLeader)
+			}
+		})
+	}
+}

@@ -50,10 +50,13 @@ const (
 //
 // A rejection sets Retry-After and returns an HTTP error, so `handle_errors` can shape the
 // response. A redirect sends the original request URI to the leader's advertise URL. A
-// forward proxies the request to the leader with Caddy's reverse_proxy (streamed bodies,
-// upgrades such as websockets, trailers, X-Forwarded-* headers); it is retried within Hold
-// only when that cannot send it twice (the connection failed, or the method is GET). When
-// no leader is known after Hold, redirect and forward answer 503 with Retry-After.
+// forward proxies the request, with the method and URI the client sent (before any
+// rewrite), to the leader with Caddy's reverse_proxy (streamed bodies, upgrades such as
+// websockets, trailers, X-Forwarded-* headers); it is retried within Hold only when that
+// cannot send it twice (the connection failed, or the method is GET). When no leader is
+// known after Hold, redirect and forward answer 503 with Retry-After. A request that
+// arrived forwarded is never forwarded again, and none is forwarded to this instance's
+// own address (see ForwardedByHeader and heldElsewhereAsSelf).
 //
 // The gate sets these placeholders (the matcher sets them too):
 //
@@ -109,6 +112,7 @@ type Gate struct {
 	hold         time.Duration
 	retryAfter   string
 	forwarder    *reverseproxy.Handler
+	selfDial     string // host:port of this instance's advertise URL; empty without one
 	counts       gateCounters
 	errNotLeader error
 	errNoLeader  error
@@ -137,6 +141,7 @@ func (g *Gate) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("leader_gate: follower %s needs the leader app's advertise URL: set `advertise` in the global leader option", g.Follower)
 	}
 	g.bind(app.election(g.Election))
+	g.selfDial, _ = leaderDial(app.Advertise)
 	if g.Follower == FollowerForward {
 		return g.provisionForwarder(ctx, app)
 	}
@@ -229,7 +234,7 @@ func (g *Gate) provisionForwarder(ctx caddy.Context, app *App) error {
 	}
 	rp := &reverseproxy.Handler{
 		TransportRaw:     transport,
-		DynamicUpstreams: newLeaderUpstreams(g.Election, g.election, app.InstanceID),
+		DynamicUpstreams: newLeaderUpstreams(g.Election, g.election, app.InstanceID, g.selfDial),
 		LoadBalancing: &reverseproxy.LoadBalancing{
 			// Short tries: Caddy retries failed connections (and GETs) and asks for the
 			// leader anew each time; between such rounds the gate's own hold loop looks
@@ -258,9 +263,11 @@ func (g *Gate) Cleanup() error {
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	// Only a peer can mark a request as forwarded here: a mark that does not verify is
-	// dropped, and the request goes through the gate as any other. The application never
-	// sees a mark.
-	token, forwarded := g.takeMark(r)
+	// dropped, and the request is admitted as any other would be. The application never
+	// sees a mark. But a request that came with a mark, genuine or not, is never
+	// forwarded again nor held here: one hop is the most a request travels, whatever the
+	// instances make of each other's marks (see ForwardedByHeader).
+	token, forwarded, hopped := g.takeMark(r)
 	var t *elector.Term
 	var admitted bool
 	if forwarded {
@@ -268,7 +275,7 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	} else {
 		t, admitted = g.election.Enter()
 	}
-	if !admitted && !forwarded && g.hold > 0 && !t.Settled(time.Now()) {
+	if !admitted && !hopped && g.hold > 0 && !g.settled(t) {
 		start := time.Now()
 		t, admitted = g.holdForLeader(r.Context())
 		g.counts.held.Observe(time.Since(start).Seconds())
@@ -279,11 +286,12 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		g.counts.served.Inc()
 		return g.serveAdmitted(w, r, next, t)
 	}
-	if forwarded {
+	if hopped {
+		// The forwarding peer holds the request and may send it to the new leader.
 		w.Header().Set(NotLeaderHeader, g.Election)
 		return g.reject(w, http.StatusServiceUnavailable, g.errForwarded)
 	}
-	leaderElsewhere := !t.Holds() && t.Settled(time.Now()) && t.Leader.URL != ""
+	leaderElsewhere := !t.Holds() && g.settled(t) && t.Leader.URL != ""
 	switch {
 	case g.Follower == FollowerReject:
 		return g.reject(w, g.StatusCode, g.errNotLeader)
@@ -329,8 +337,49 @@ func (g *Gate) serveCancellable(w http.ResponseWriter, r *http.Request, next cad
 func (g *Gate) holdForLeader(ctx context.Context) (*elector.Term, bool) {
 	ctx, cancel := context.WithTimeout(ctx, g.hold)
 	defer cancel()
-	g.election.WaitSettled(ctx)
+	g.waitSettled(ctx)
 	return g.election.Enter()
+}
+
+// settled is Term.Settled, except that a leader record of this very instance which this
+// process does not hold (see heldElsewhereAsSelf) counts as no leader: requests wait for
+// the next term rather than go to this instance's own address.
+func (g *Gate) settled(t *elector.Term) bool {
+	return t.Settled(time.Now()) && !heldElsewhereAsSelf(t, g.selfDial)
+}
+
+// waitSettled is Election.WaitSettled with settled's view of a term: it returns the first
+// term that settles, or the newest one and false once ctx ends.
+func (g *Gate) waitSettled(ctx context.Context) (*elector.Term, bool) {
+	for {
+		changed := g.election.Changed()
+		t := g.election.Term()
+		if g.settled(t) {
+			return t, true
+		}
+		select {
+		case <-ctx.Done():
+			return g.election.Term(), false
+		case <-changed:
+		}
+	}
+}
+
+// heldElsewhereAsSelf reports whether t's leader record names this instance, by its id
+// or by its address (selfDial, the host:port of its advertise URL), while this process
+// does not hold the key. That is a previous process of this instance whose lease has not
+// run out yet (it was killed and restarted at once), or a second instance configured with
+// this one's id or address. Either way the address in the record leads back here, and a
+// request forwarded there would come back to be forwarded again.
+func heldElsewhereAsSelf(t *elector.Term, selfDial string) bool {
+	if t.Holds() || !t.LeaderKnown() {
+		return false
+	}
+	if t.Leader.ID == t.Self {
+		return true
+	}
+	dial, err := leaderDial(t.Leader.URL)
+	return err == nil && selfDial != "" && strings.EqualFold(dial, selfDial)
 }
 
 func (g *Gate) reject(w http.ResponseWriter, status int, err error) error {
@@ -341,11 +390,31 @@ func (g *Gate) reject(w http.ResponseWriter, status int, err error) error {
 
 // originalURI is the request URI as the client sent it, before any rewrite: the leader
 // applies the same rewrites itself.
-func originalURI(r *http.Request) string {
-	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok {
-		return orig.RequestURI
+func originalURI(r *http.Request) string { return original(r).RequestURI }
+
+// original is the request as the client sent it, before any rewrite (handle_path,
+// uri strip_prefix, rewrite, method), as Caddy's server kept it: its method, RequestURI
+// and URL. It is r itself outside a Caddy server.
+func original(r *http.Request) *http.Request {
+	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok && orig.URL != nil {
+		return &orig
 	}
-	return r.RequestURI
+	return r
+}
+
+// asSent is r with the method and URI the client sent, for forwarding: the leader routes
+// the request through its own rewrites, as it would have had the client sent it there,
+// and not into whatever route the rewritten path would reach.
+func asSent(r *http.Request) *http.Request {
+	orig := original(r)
+	if orig == r {
+		return r
+	}
+	out := new(http.Request)
+	*out = *r
+	u := *orig.URL
+	out.URL, out.Method, out.RequestURI = &u, orig.Method, orig.RequestURI
+	return out
 }
 
 // leaderDial is the host:port a leader's advertise URL is reached at.

@@ -20,28 +20,58 @@ import (
 func TestForwardMarkVerify(t *testing.T) {
 	const key = "term-secret"
 	now := time.Now()
-	good := signMark("peer", 7, key, now, http.MethodPost, "/write")
+	const uri = "/write?id=7&mode=a%20b"
+	good := signMark("peer", 7, key, now, http.MethodPost, uri)
 	cases := []struct {
-		name         string
-		header       string
-		key          string
-		method, path string
-		want         bool
+		name        string
+		header      string
+		key         string
+		method, uri string
+		want        bool
 	}{
-		{"genuine_mark_verifies", good, key, http.MethodPost, "/write", true},
-		{"bare_instance_id_does_not", "peer", key, http.MethodPost, "/write", false},
-		{"mark_made_with_another_key_does_not", signMark("peer", 7, "guess", now, http.MethodPost, "/write"), key, http.MethodPost, "/write", false},
-		{"mark_for_another_method_does_not", good, key, http.MethodDelete, "/write", false},
-		{"mark_for_another_path_does_not", good, key, http.MethodPost, "/admin", false},
-		{"mark_with_the_token_changed_does_not", "peer; token=8" + good[len("peer; token=7"):], key, http.MethodPost, "/write", false},
-		{"mark_with_another_sender_does_not", "other" + good[len("peer"):], key, http.MethodPost, "/write", false},
-		{"stale_mark_does_not", signMark("peer", 7, key, now.Add(-2*maxMarkAge), http.MethodPost, "/write"), key, http.MethodPost, "/write", false},
-		{"garbage_does_not", "peer; token=7; at=x; mac=!!", key, http.MethodPost, "/write", false},
+		{"genuine_mark_verifies", good, key, http.MethodPost, uri, true},
+		{"bare_instance_id_does_not", "peer", key, http.MethodPost, uri, false},
+		{"mark_made_with_another_key_does_not", signMark("peer", 7, "guess", now, http.MethodPost, uri), key, http.MethodPost, uri, false},
+		{"replayed_with_another_method", good, key, http.MethodDelete, uri, false},
+		{"replayed_with_another_path", good, key, http.MethodPost, "/admin?id=7&mode=a%20b", false},
+		{"replayed_with_another_query", good, key, http.MethodPost, "/write?id=8&mode=a%20b", false},
+		{"replayed_without_the_query", good, key, http.MethodPost, "/write", false},
+		{"replayed_with_a_parameter_added", good, key, http.MethodPost, uri + "&all=1", false},
+		{"replayed_with_the_query_reordered", good, key, http.MethodPost, "/write?mode=a%20b&id=7", false},
+		{"replayed_with_the_path_escaped_otherwise", good, key, http.MethodPost, "/%77rite?id=7&mode=a%20b", false},
+		{"mark_with_the_token_changed_does_not", "peer; token=8" + good[len("peer; token=7"):], key, http.MethodPost, uri, false},
+		{"mark_with_another_sender_does_not", "other" + good[len("peer"):], key, http.MethodPost, uri, false},
+		{"stale_mark_does_not", signMark("peer", 7, key, now.Add(-2*maxMarkAge), http.MethodPost, uri), key, http.MethodPost, uri, false},
+		{"mark_from_the_future_does_not", signMark("peer", 7, key, now.Add(2*maxMarkAge), http.MethodPost, uri), key, http.MethodPost, uri, false},
+		{"mark_within_the_skew_verifies", signMark("peer", 7, key, now.Add(-maxMarkAge/2), http.MethodPost, uri), key, http.MethodPost, uri, true},
+		{"garbage_does_not", "peer; token=7; at=x; mac=!!", key, http.MethodPost, uri, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := parseMark(tc.header).verify([]byte(tc.key), tc.method, tc.path, now); got != tc.want {
-				t.Fatalf("verify(%q) = %v, want %v", tc.header, got, tc.want)
+			if got := parseMark(tc.header).verify([]byte(tc.key), tc.method, tc.uri, now); got != tc.want {
+				t.Fatalf("verify(%q) for %s %s = %v, want %v", tc.header, tc.method, tc.uri, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRequestTarget: the receiving end MACs the request target as it came in the request
+// line, and the sending end as its URL writes it; for what Go's transport sends, the two
+// are the same string.
+func TestRequestTarget(t *testing.T) {
+	for _, target := range []string{"/", "/write", "/write?id=7&mode=a%20b", "/a%2Fb/%41?x=%2f&x=1", "/p?", "/caf%C3%A9?q=%E2%82%AC"} {
+		t.Run(target, func(t *testing.T) {
+			sent, err := http.NewRequest(http.MethodPost, "http://leader.test"+target, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			onWire := sent.URL.RequestURI() // what the transport writes
+			received := httptest.NewRequest(http.MethodPost, onWire, nil)
+			if got := requestTarget(received); got != onWire {
+				t.Errorf("received %q, sent %q", got, onWire)
+			}
+			if got := requestTarget(sent); got != onWire {
+				t.Errorf("requestTarget of the sent request = %q, want %q", got, onWire)
 			}
 		})
 	}
@@ -234,7 +264,9 @@ func TestFailedReleaseLeavesTheTermClosed(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
 	const election = "mark-release"
-	// A long lease, so that it is still valid when the release has timed out.
+	// A long lease, so that it is still valid when the release has timed out; the
+	// election is primed so that the leader need not wait out that ttl as a first winner.
+	primeElection(t, cluster.Endpoints(), election)
 	leader := startInstance(t, []string{proxy.URL()}, "leader", election, 20*time.Second, false)
 	waitUntil(t, "the leader leads", func() bool { _, ok := leader.election.Check(); return ok })
 	follower := startInstance(t, cluster.Endpoints(), "follower", election, 3*time.Second, false)
@@ -244,7 +276,7 @@ func TestFailedReleaseLeavesTheTermClosed(t *testing.T) {
 	finish := slowRequest(t, g)
 	resigned := make(chan error, 1)
 	go func() { resigned <- leader.election.Resign(context.Background(), time.Minute) }()
-	waitUntil(t, "the handover is announced", func() bool { return follower.election.Term().Leader.HandingOver })
+	waitUntil(t, "the handover is draining", func() bool { return leader.election.Term().Draining })
 
 	// The leader's link to etcd goes dark: its release cannot land, or its answer is lost.
 	proxy.Blackhole()

@@ -50,7 +50,8 @@ var metrics = struct {
 
 // metricCollectors are every collector the plugin exports.
 func metricCollectors() []prometheus.Collector {
-	return []prometheus.Collector{metrics.transitions, metrics.requests, metrics.holdDuration, metrics.storeErrors, metrics.state}
+	return []prometheus.Collector{metrics.transitions, metrics.requests, metrics.holdDuration, metrics.storeErrors, metrics.state,
+		failsafeRounds, failsafeCollector{}}
 }
 
 // registerMetrics adds the collectors to a config's registry.

@@ -140,10 +140,17 @@ func TestMetricsAndEvents(t *testing.T) {
 			t.Fatalf("GET / = %d %q, want 200 %q", resp.StatusCode, body, want)
 		}
 	}
+	// Elected is the key won; the first winner of an election then waits a ttl before it
+	// admits (it cannot name a term before it).
+	el := `{election="` + election + `"}`
+	for deadline := time.Now().Add(10 * time.Second); metric(t, adminPort, "caddy_leader_is_leader"+el) != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the elected instance did not lead within 10s")
+		}
+	}
 	get("one")
 	get("one")
 
-	el := `{election="` + election + `"}`
 	series := func(name, label string) string { return name + `{election="` + election + `",` + label + `}` }
 	checks := []struct {
 		series string

@@ -114,6 +114,11 @@ type App struct {
 	// without starting a new candidacy. Default: none.
 	StepDown *StepDown `json:"step_down_when_unhealthy,omitempty"`
 
+	// Failsafe, if set, lets the leader ride out an outage of the store while every live
+	// candidate confirms it (see Failsafe). Every instance of the fleet must set it.
+	// Default: off: without the store nobody leads.
+	Failsafe *Failsafe `json:"failsafe,omitempty"`
+
 	candidate *elector.Candidate
 	observer  *candidateObserver
 	ctx       caddy.Context
@@ -136,13 +141,20 @@ func (App) CaddyModule() caddy.ModuleInfo {
 var candidates = caddy.NewUsagePool()
 
 // pooledCandidate destroys a candidacy when the last config using it is gone.
-type pooledCandidate struct{ *elector.Candidate }
+type pooledCandidate struct {
+	*elector.Candidate
+	failsafe *failsafeServer // nil without failsafe
+}
 
 // Destruct implements caddy.Destructor: hand over and leave the fleet.
 func (p pooledCandidate) Destruct() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.HandoverTimeout())
 	defer cancel()
-	return p.Close(ctx)
+	err := p.Close(ctx)
+	if p.failsafe != nil {
+		err = errors.Join(err, p.failsafe.close())
+	}
+	return err
 }
 
 // Provision implements caddy.Provisioner. It expands placeholders, fills in defaults,
@@ -160,7 +172,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	key, err := json.Marshal([]any{store.StoreKey(), a.TTL, a.InstanceID, a.Advertise})
+	key, err := json.Marshal([]any{store.StoreKey(), a.TTL, a.InstanceID, a.Advertise, a.Failsafe.key()})
 	if err != nil {
 		return err
 	}
@@ -178,11 +190,18 @@ func (a *App) Provision(ctx caddy.Context) error {
 			Backend:      backend,
 			Priority:     a.electorPriority(),
 			Preempt:      a.Preempt,
+			Failsafe:     a.Failsafe.electorConfig(),
 		})
 		if err != nil {
 			return nil, err
 		}
-		return pooledCandidate{c}, nil
+		p := pooledCandidate{Candidate: c}
+		if a.Failsafe != nil {
+			if p.failsafe, err = startFailsafeServer(a.Failsafe, c, caddy.Log().Named("leader.failsafe")); err != nil {
+				return nil, err
+			}
+		}
+		return p, nil
 	})
 	if err != nil {
 		a.poolKey = ""
@@ -221,6 +240,9 @@ func (a *App) expandAndDefault() error {
 	a.Advertise = repl.ReplaceKnown(a.Advertise, "")
 	if a.StepDown != nil {
 		a.StepDown.provision()
+	}
+	if a.Failsafe != nil {
+		a.Failsafe.provision(a.Advertise)
 	}
 	if a.TTL == 0 {
 		a.TTL = caddy.Duration(DefaultTTL)
@@ -303,6 +325,11 @@ func (a *App) check() error {
 	}
 	if a.Priority != nil && *a.Priority < 0 {
 		return fmt.Errorf("priority: %d is negative (0 never campaigns)", *a.Priority)
+	}
+	if a.Failsafe != nil {
+		if err := a.Failsafe.check(time.Duration(a.TTL)); err != nil {
+			return err
+		}
 	}
 	if a.StepDown != nil {
 		return a.StepDown.check()
@@ -431,11 +458,51 @@ func (h exitHandover) Handle(context.Context, caddy.Event) error {
 }
 
 // leave hands over every election and campaigns no more; Destruct revokes the lease.
+//
+// A peer that has not yet heard of the release may still forward a request here, on a
+// connection it keeps alive; once the HTTP server shuts down, such a request fails with a
+// reset connection, which the peer cannot tell from one the application saw, so it cannot
+// send it on. So the process lingers, serving, until this instance itself has seen who
+// leads next (its watch hears of it as early as the peers' do), and exitLinger after that:
+// requests forwarded meanwhile are refused as "not leader" and sent on by the peer. The
+// successor does not wait for any of it.
 func (a *App) leave() error {
 	ctx, cancel := context.WithTimeout(context.Background(), a.candidate.HandoverTimeout())
 	defer cancel()
-	return a.candidate.Leave(ctx)
+	var led []*elector.Election
+	for _, e := range a.candidate.Elections() {
+		if e.Term().Holds() {
+			led = append(led, e)
+		}
+	}
+	err := a.candidate.Leave(ctx)
+	if len(led) > 0 {
+		linger, stop := context.WithTimeout(context.Background(), exitLingerMax)
+		defer stop()
+		for _, e := range led {
+			for linger.Err() == nil {
+				changed := e.Changed()
+				if t := e.Term(); t.LeaderKnown() && !t.Holds() {
+					break
+				}
+				select {
+				case <-changed:
+				case <-linger.Done():
+				}
+			}
+		}
+		time.Sleep(exitLinger)
+	}
+	return err
 }
+
+// exitLinger is how long an exiting leader goes on serving after it has seen its
+// successor (see App.leave): a peer's watch hears of the release within a round trip of
+// this instance's; exitLingerMax bounds the wait for the successor itself.
+const (
+	exitLinger    = 25 * time.Millisecond
+	exitLingerMax = time.Second
+)
 
 // Stop implements caddy.App. On a reload it does nothing: the next config keeps the
 // candidacy. When the process exits it hands over (if the `stopping` event did not already),

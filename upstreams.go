@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/caddyleader/caddy-leader/elector"
@@ -21,12 +22,14 @@ func init() {
 // current leader's advertise address (host:port), so that a follower proxies to the
 // leader. It answers an error, which makes reverse_proxy retry within its
 // lb_try_duration, while no leader is known, while the leader is handing over, and when
-// this instance is the leader itself (a proxy never sends a request to itself).
+// the leader's record names this instance while this process does not hold the key (a
+// previous process of this instance, killed and restarted before its lease ran out), or
+// names this instance's advertise address: a proxy never sends a request to itself.
 //
 // It also carries the loop guard: it marks every request it routes with the
 // Caddy-Leader-Forwarded-By header naming this instance and authenticated for the
-// leader's term, and it refuses a request that another instance already forwarded, so
-// that a request travels one hop at most. On the
+// leader's term, and it refuses a request that arrived with that header (from a peer or
+// from a client), whoever it names, so that a request travels one hop at most. On the
 // leader, `leader_gate` removes the mark before the application sees it; a route that
 // uses the `leader` matcher instead should remove it with `request_header`.
 type LeaderUpstreams struct {
@@ -36,11 +39,12 @@ type LeaderUpstreams struct {
 
 	election *elector.Election
 	self     string
+	selfDial string // host:port of this instance's advertise URL
 	dial     *atomic.Pointer[termDial]
 }
 
-func newLeaderUpstreams(name string, e *elector.Election, self string) *LeaderUpstreams {
-	return &LeaderUpstreams{Election: name, election: e, self: self, dial: new(atomic.Pointer[termDial])}
+func newLeaderUpstreams(name string, e *elector.Election, self, selfDial string) *LeaderUpstreams {
+	return &LeaderUpstreams{Election: name, election: e, self: self, selfDial: selfDial, dial: new(atomic.Pointer[termDial])}
 }
 
 // termDial caches the dial address of one Term's leader.
@@ -70,20 +74,29 @@ func (u *LeaderUpstreams) Provision(ctx caddy.Context) error {
 	if app.Advertise == "" {
 		return errors.New("leader upstreams: proxying to the leader needs the leader app's advertise URL: set `advertise` in the global leader option")
 	}
-	*u = *newLeaderUpstreams(u.Election, e, app.InstanceID)
+	selfDial, err := leaderDial(app.Advertise)
+	if err != nil {
+		return fmt.Errorf("leader upstreams: advertise: %v", err)
+	}
+	*u = *newLeaderUpstreams(u.Election, e, app.InstanceID, selfDial)
 	return nil
 }
 
 // errAlreadyForwarded refuses a second hop.
-var errAlreadyForwarded = errors.New("leader upstreams: the request was already forwarded by another instance; not forwarding it again")
+var errAlreadyForwarded = errors.New("leader upstreams: the request was already forwarded by an instance; not forwarding it again")
+
+// markVar is the request variable in which GetUpstreams keeps the mark it set, to tell a
+// retry of its own forward (reverse_proxy keeps the headers of the first try) from a
+// request that arrived marked.
+const markVar = "leader_upstreams_mark"
 
 // GetUpstreams implements reverseproxy.UpstreamSource.
 func (u *LeaderUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
-	if v := r.Header.Get(ForwardedByHeader); v != "" && parseMark(v).by != u.self {
+	if v := r.Header.Get(ForwardedByHeader); v != "" && v != caddyhttp.GetVar(r.Context(), markVar) {
 		return nil, errAlreadyForwarded
 	}
 	t := u.election.Term()
-	if t.Holds() || !t.Settled(time.Now()) {
+	if t.Holds() || !t.Settled(time.Now()) || heldElsewhereAsSelf(t, u.selfDial) {
 		return nil, fmt.Errorf("leader upstreams: no leader of election %q to forward to", u.Election)
 	}
 	d := u.dial.Load()
@@ -100,9 +113,12 @@ func (u *LeaderUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstrea
 	// the mark goes upstream on every try, even where header operations apply.
 	mark := u.self
 	if t.Leader.MarkKey != "" {
-		mark = signMark(u.self, t.Token, t.Leader.MarkKey, time.Now(), r.Method, r.URL.Path)
+		// r is reverse_proxy's copy of the request, whose RequestURI is the incoming
+		// one: what goes on the wire is its URL's.
+		mark = signMark(u.self, t.Token, t.Leader.MarkKey, time.Now(), r.Method, r.URL.RequestURI())
 	}
 	r.Header.Set(ForwardedByHeader, mark)
+	caddyhttp.SetVar(r.Context(), markVar, mark)
 	return []*reverseproxy.Upstream{{Dial: d.dial}}, nil
 }
 

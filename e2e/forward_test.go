@@ -45,6 +45,9 @@ type arrival struct {
 	ServedBy string
 	Token    int64
 	Marked   bool // still carried the forwarding mark: the gate should have removed it
+	// URI is the request URI as the application got it; OriginalURI is the one the serving
+	// instance was sent, before its rewrites.
+	URI, OriginalURI string
 
 	At   time.Time // when it arrived here
 	Done time.Time // when its handler returned; zero until then (and for ws and upload)
@@ -119,12 +122,14 @@ func startBackend(t *testing.T) *recordingBackend {
 func (b *recordingBackend) record(r *http.Request) (arrival, int) {
 	token, _ := strconv.ParseInt(r.Header.Get("X-Fencing-Token"), 10, 64)
 	a := arrival{
-		ReqID:    r.Header.Get("X-Req-Id"),
-		ServedBy: r.Header.Get("X-Served-By"),
-		Token:    token,
-		Marked:   r.Header.Get("Caddy-Leader-Forwarded-By") != "",
-		Entered:  parseStamp(r.Header.Get("X-Gate-Entered")),
-		Admitted: parseStamp(r.Header.Get("X-Admitted-At")),
+		ReqID:       r.Header.Get("X-Req-Id"),
+		ServedBy:    r.Header.Get("X-Served-By"),
+		Token:       token,
+		Marked:      r.Header.Get("Caddy-Leader-Forwarded-By") != "",
+		URI:         r.URL.RequestURI(),
+		OriginalURI: r.Header.Get("X-Original-URI"),
+		Entered:     parseStamp(r.Header.Get("X-Gate-Entered")),
+		Admitted:    parseStamp(r.Header.Get("X-Admitted-At")),
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -204,6 +209,20 @@ func newLoadRun(fleet []*Instance, client *http.Client) *loadRun {
 // markDown takes an instance out of the rotation, as a load balancer's health check would.
 func (l *loadRun) markDown(in *Instance) { l.down.Store(in, true) }
 
+// add puts an instance started during the run into the rotation.
+func (l *loadRun) add(in *Instance) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fleet = append(l.fleet[:len(l.fleet):len(l.fleet)], in)
+}
+
+// targets is the rotation as it is now.
+func (l *loadRun) targets() []*Instance {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fleet
+}
+
 // run sends rate requests per second for d, then waits for every answer.
 func (l *loadRun) run(rate int, d time.Duration) {
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -229,8 +248,9 @@ func (l *loadRun) run(rate int, d time.Duration) {
 
 func (l *loadRun) send(id string) outcome {
 	var err error
-	for attempt := 0; attempt < 2*len(l.fleet); attempt++ {
-		in := l.fleet[int(l.next.Add(1))%len(l.fleet)]
+	fleet := l.targets()
+	for attempt := 0; attempt < 2*len(fleet); attempt++ {
+		in := fleet[int(l.next.Add(1))%len(fleet)]
 		if _, isDown := l.down.Load(in); isDown {
 			continue
 		}
@@ -242,7 +262,7 @@ func (l *loadRun) send(id string) outcome {
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				continue
 			}
-			return outcome{ReqID: id, Err: err}
+			return outcome{ReqID: id, Target: in.ID, Err: err}
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -373,6 +393,8 @@ func TestForwarding(t *testing.T) {
 			switch {
 			case o.Status == http.StatusOK:
 			case o.Status == http.StatusServiceUnavailable && o.RetryAfter != "":
+			case o.Err != nil && o.Target == leader.ID:
+				// Sent to the leader just before the kill: no process is left to answer.
 			default:
 				t.Errorf("request %s: status %d (Retry-After %q), error %v; want 200, or 503 with Retry-After", o.ReqID, o.Status, o.RetryAfter, o.Err)
 			}
@@ -383,11 +405,11 @@ func TestForwarding(t *testing.T) {
 		checkServedOnce(t, l.results, backend.log())
 	})
 
-	t.Run("forged_mark_is_stripped_and_the_request_forwarded_once", func(t *testing.T) {
+	t.Run("forged_mark_is_stripped_and_the_request_never_forwarded", func(t *testing.T) {
 		backend, fleet, leader, _ := startForwardingFleet(t, "forward", "500ms")
 		follower := others(fleet, leader)[0]
 
-		send := func(in *Instance, id string) (int, string) {
+		send := func(in *Instance, id string) *http.Response {
 			req, _ := http.NewRequest(http.MethodPost, in.URL()+"/gated/guard", strings.NewReader("x"))
 			req.Header.Set("X-Req-Id", id)
 			req.Header.Set("Caddy-Leader-Forwarded-By", "some-peer")
@@ -395,29 +417,66 @@ func TestForwarding(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer resp.Body.Close()
-			return resp.StatusCode, resp.Header.Get("Retry-After")
+			resp.Body.Close()
+			return resp
 		}
 		// A client cannot mark a request as forwarded (the mark carries a MAC made
-		// with a secret of the leader's term): the follower drops the forged mark and
-		// forwards the request once, under a mark of its own.
-		if status, _ := send(follower, "marked-to-follower"); status != http.StatusOK {
-			t.Errorf("a request with a forged mark to a follower got %d, want 200 (forwarded once)", status)
+		// with a secret of the leader's term), so the leader drops the forged mark and
+		// serves the request as any other. A follower does not forward a request that
+		// came marked, forged or not: one hop is the most any request travels, so the
+		// client only denied itself the forward.
+		if resp := send(follower, "marked-to-follower"); resp.StatusCode != http.StatusServiceUnavailable ||
+			resp.Header.Get("Retry-After") == "" || resp.Header.Get("Caddy-Leader-Not-Leader") == "" {
+			t.Errorf("a request with a forged mark to a follower got %d (Retry-After %q, Not-Leader %q), want 503 with both",
+				resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("Caddy-Leader-Not-Leader"))
 		}
-		if status, _ := send(leader, "marked-to-leader"); status != http.StatusOK {
-			t.Errorf("a marked request to the leader got %d, want 200", status)
+		if resp := send(leader, "marked-to-leader"); resp.StatusCode != http.StatusOK {
+			t.Errorf("a marked request to the leader got %d, want 200", resp.StatusCode)
 		}
-		seen := 0
+		seen := map[string]int{}
 		for _, a := range backend.log() {
-			if a.ReqID == "marked-to-follower" {
-				seen++
-			}
+			seen[a.ReqID]++
 			if a.Marked {
 				t.Errorf("request %s reached the application with the mark", a.ReqID)
 			}
 		}
-		if seen != 1 {
-			t.Errorf("the request with a forged mark reached the application %d times, want once", seen)
+		if seen["marked-to-follower"] != 0 || seen["marked-to-leader"] != 1 {
+			t.Errorf("arrivals: marked to the follower %d, marked to the leader %d; want 0 and 1",
+				seen["marked-to-follower"], seen["marked-to-leader"])
+		}
+	})
+
+	t.Run("handle_path_in_front_of_the_gate_forwards_the_original_uri", func(t *testing.T) {
+		etcd := etcdtest.Start(t, 1)
+		backend := startBackend(t)
+		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Backend: backend.srv.URL, HandlePath: "/api"})
+		leader, _ := WaitStableLeader(t, fleet, electTimeout)
+		follower := others(fleet, leader)[0]
+
+		// handle_path strips /api on the follower before its gate runs; the leader must
+		// get /api/... as the client sent it, and route it through its own handle_path
+		// (there is no route for /gated without the prefix).
+		req, _ := http.NewRequest(http.MethodPost, follower.URL()+"/api/gated/items?page=2&q=a%20b", strings.NewReader("x"))
+		req.Header.Set("X-Req-Id", "stripped")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), leader.ID+" ") {
+			t.Errorf("through %s: status %d, body %q; want 200 from the leader %s's application", follower, resp.StatusCode, body, leader)
+		}
+		var got []arrival
+		for _, a := range backend.log() {
+			if a.ReqID == "stripped" {
+				got = append(got, a)
+			}
+		}
+		want := arrival{ServedBy: leader.ID, URI: "/gated/items?page=2&q=a%20b", OriginalURI: "/api/gated/items?page=2&q=a%20b"}
+		if len(got) != 1 || got[0].ServedBy != want.ServedBy || got[0].URI != want.URI || got[0].OriginalURI != want.OriginalURI {
+			t.Errorf("arrivals %+v; want one, served by %s, the leader sent %q and its application getting %q",
+				got, want.ServedBy, want.OriginalURI, want.URI)
 		}
 	})
 

@@ -14,9 +14,13 @@ package e2e
 // own, under an application_name of its own. Only each fault's own arrivals are checked.
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/caddyleader/caddy-leader/internal/faultproxy"
 	"github.com/caddyleader/caddy-leader/internal/pgtest"
@@ -60,6 +64,13 @@ func TestSafetyPostgres(t *testing.T) {
 // startPGSafetyEnv starts mode's fleet on server, each instance through a fault proxy of
 // its own, and waits for a leader.
 func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode string) *safetyEnv {
+	return startPGEnv(t, server, mode, mode, nil)
+}
+
+// startPGEnv starts a fleet of pgSafetyInstances in follower mode on server, its tables
+// and application names told apart by name, with extra added to every instance's store
+// config (disable_listen, say), and waits for a leader.
+func startPGEnv(t *testing.T, server *pgtest.Server, name, mode string, extra map[string]any) *safetyEnv {
 	t.Helper()
 	env := &safetyEnv{t: t, backend: startBackend(t), links: map[string][]*faultproxy.Proxy{}}
 	env.cfg = Config{Follower: mode, Backend: env.backend.srv.URL, InstanceStore: map[string]map[string]any{}}
@@ -71,18 +82,29 @@ func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode string) *safetyE
 		}
 		t.Cleanup(func() { p.Close() })
 		env.links[id] = []*faultproxy.Proxy{p}
-		env.cfg.InstanceStore[id] = map[string]any{
-			"module":       "postgres",
-			"dsn":          fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=%s", pgtest.Superuser, p.Addr(), pgAppName(mode, id)),
-			"table_prefix": "safety_" + mode + "_",
-		}
+		env.cfg.InstanceStore[id] = pgStoreConfig(server, p.Addr(), name, id, extra)
 	}
 	env.launch(t, pgSafetyInstances)
 	return env
 }
 
-// pgAppName is instance id's application_name in mode's fleet.
-func pgAppName(mode, id string) string { return "safety-" + mode + "-" + id }
+// pgStoreConfig is instance id's store config in the fleet called name, reaching the
+// server at addr.
+func pgStoreConfig(server *pgtest.Server, addr, name, id string, extra map[string]any) map[string]any {
+	c := map[string]any{
+		"module":       "postgres",
+		"dsn":          fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=%s", pgtest.Superuser, addr, pgAppName(name, id)),
+		"table_prefix": pgTablePrefix(name),
+	}
+	maps.Copy(c, extra)
+	return c
+}
+
+// pgTablePrefix is the table prefix of the fleet called name.
+func pgTablePrefix(name string) string { return "safety_" + name + "_" }
+
+// pgAppName is instance id's application_name in the fleet called name.
+func pgAppName(name, id string) string { return "safety-" + name + "-" + id }
 
 // pgSafetyScenarios are the faults, in the order one fleet goes through them.
 func pgSafetyScenarios(server *pgtest.Server, mode string) []safetyScenario {
@@ -122,4 +144,83 @@ func pgSafetyScenarios(server *pgtest.Server, mode string) []safetyScenario {
 		base[i].warmup, base[i].rate = pgSafetyWarmup, pgSafetyRate
 	}
 	return base
+}
+
+// TestSafetyPostgresPolling: with watches left to polling (disable_listen, as behind
+// PgBouncer), the leader is cut off from PostgreSQL right after a heartbeat and its row is
+// deleted at once. The followers' last reads came before that heartbeat and their next
+// ones find the row gone, so their watches must report the heartbeat before the vacancy:
+// the winner counts the old leader's deadline from it (issue 18, hole 3):
+//
+//	go test -count=1 -v -run TestSafetyPostgresPolling ./e2e/
+//
+// The fault is repeated, each time on the leader of the moment.
+func TestSafetyPostgresPolling(t *testing.T) {
+	needCaddy(t)
+	const mode, runs = "reject", 3
+	started := time.Now()
+	server := pgtest.Start(t)
+	var reports []safetyReport
+	defer func() {
+		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL with disable_listen, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safetyTable(reports))
+	}()
+	const name = "polling"
+	prefix := pgTablePrefix(name)
+	env := startPGEnv(t, server, name, mode, map[string]any{"disable_listen": true})
+	for i := range runs {
+		sc := safetyScenario{
+			name: fmt.Sprintf("cut_off_after_a_heartbeat_and_row_deleted_%d", i+1), load: 6 * time.Second,
+			warmup: pgSafetyWarmup, rate: pgSafetyRate, change: mustChange,
+			fault: func(s *scenarioRun) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				conn, err := pgx.Connect(ctx, server.DSN())
+				if err != nil {
+					s.t.Fatal(err)
+				}
+				defer conn.Close(context.Background())
+				if err := afterHeartbeat(ctx, conn, prefix); err != nil {
+					s.t.Fatal(err)
+				}
+				s.faultAt = time.Now() // the wait for the heartbeat was no fault yet
+				s.cut(s.leader)
+				tag, err := conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %selections WHERE name = 'default'`, prefix))
+				if err != nil || tag.RowsAffected() != 1 {
+					s.t.Fatalf("delete the election row: %v, %v", tag, err)
+				}
+				time.Sleep(2 * ttl)
+				s.heal(s.leader)
+			},
+		}
+		if !t.Run(sc.name, func(t *testing.T) {
+			env.t = t
+			reports = append(reports, runScenarioOn(t, env, sc))
+		}) {
+			return
+		}
+	}
+}
+
+// afterHeartbeat returns as soon as the election row's last write changes: right after a
+// heartbeat of its holder.
+func afterHeartbeat(ctx context.Context, conn *pgx.Conn, prefix string) error {
+	q := fmt.Sprintf(`SELECT rev FROM %selections WHERE name = 'default'`, prefix)
+	var first int64
+	if err := conn.QueryRow(ctx, q).Scan(&first); err != nil {
+		return fmt.Errorf("read the election row: %w", err)
+	}
+	for {
+		var rev int64
+		if err := conn.QueryRow(ctx, q).Scan(&rev); err != nil {
+			return fmt.Errorf("read the election row: %w", err)
+		}
+		if rev != first {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no heartbeat: %w", ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/caddyleader/caddy-leader/internal/fleet"
 )
 
 // Environment variables of TestSafetySoak.
@@ -49,13 +51,21 @@ const (
 //
 // The faults: SIGKILL and restart, SIGSTOP past the ttl and SIGCONT, a cut or slow link to
 // etcd, SIGTERM and restart, an etcd member's SIGKILL and restart, the election key deleted
-// and the leader's lease revoked by hand. A seeded RNG picks each fault, its target (often
+// and the leader's lease revoked by hand, and an operator's transfer and resign through an
+// instance's admin API. A seeded RNG picks each fault, its target (often
 // the leader) and its duration; a new fault starts every 0.4-1.6s, so they overlap. The
 // instances run one follower mode each (the seed assigns them), so every mode is exercised.
 // Once the faults stop and are repaired, the fleet must agree on a leader that serves.
-func TestSafetySoak(t *testing.T) {
+func TestSafetySoak(t *testing.T) { runSoak(t, 60*time.Second, false) }
+
+// TestSafetySoakFailsafe is a shorter soak of a fleet with failsafe on: the same faults,
+// the same rule.
+func TestSafetySoakFailsafe(t *testing.T) { runSoak(t, 20*time.Second, true) }
+
+// runSoak injects random faults for d (or the duration the environment asks for) into a
+// fleet, with failsafe on if failsafe is set.
+func runSoak(t *testing.T, d time.Duration, failsafe bool) {
 	needCaddy(t)
-	d := 60 * time.Second
 	if v := os.Getenv(soakDurationEnv); v != "" {
 		var err error
 		if d, err = time.ParseDuration(v); err != nil || d <= 0 {
@@ -77,10 +87,17 @@ func TestSafetySoak(t *testing.T) {
 
 	// A graceful stop drains for drain_timeout at most; keep it short so that restarts
 	// after SIGTERM come soon.
-	env := startSafetyEnv(t, func(c *Config) { c.DrainTimeout = "3s" })
+	env := startSafetyEnv(t, func(c *Config) {
+		c.DrainTimeout = "3s"
+		if failsafe {
+			withFailsafe(t, failsafeLinks{})(c)
+		}
+	})
 	s := newSoak(t, env, seed, kinds)
 	defer func() {
+		s.tmu.Lock()
 		t.Logf("soak timeline (seed %d, from %s):\n%s", seed, s.start.Format("15:04:05.000"), strings.Join(s.timeline, "\n"))
+		s.tmu.Unlock()
 		if t.Failed() {
 			t.Logf("election log of every process, in soak time:\n%s", s.electionLogs())
 		}
@@ -141,7 +158,9 @@ type soak struct {
 	pending   []soakRepair
 	frozen    []freezeWindow
 	counts    map[string]int // faults injected, by kind
-	timeline  []string
+
+	tmu      sync.Mutex // the timeline is written by the operators' requests too
+	timeline []string
 
 	loadMu  sync.Mutex
 	results []outcome // the load's outcomes
@@ -194,6 +213,8 @@ func newSoak(t *testing.T, env *safetyEnv, seed int64, kinds []soakFault) *soak 
 }
 
 func (s *soak) event(format string, args ...any) {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
 	s.timeline = append(s.timeline, fmt.Sprintf("%8s  %s", s.at(time.Now()), fmt.Sprintf(format, args...)))
 }
 
@@ -310,6 +331,7 @@ type soakFault struct {
 var soakFaults = []soakFault{
 	{"sigkill", 2}, {"sigstop", 2}, {"cut", 2}, {"slow", 2}, {"sigterm", 2},
 	{"etcd_member_sigkill", 1}, {"key_delete", 1}, {"lease_revoke", 1},
+	{"transfer", 1}, {"resign", 1},
 }
 
 // soakKinds returns the faults a comma-separated list of kinds names; all for "".
@@ -427,6 +449,24 @@ func (s *soak) strike() {
 		} else {
 			s.event("deleted the election key (%d deleted)", resp.Deleted)
 		}
+	case "transfer", "resign":
+		// An operator's request through the admin API of an instance that runs, to
+		// whichever leads (or waits for its predecessor) then. It may be refused or time
+		// out; what counts is that it never lets two instances admit at once.
+		if s.procFault[target] != "" {
+			return
+		}
+		path := "/leader/default/resign?hold_off=1s"
+		if kind == "transfer" {
+			to := s.ids[s.rng.Intn(len(s.ids))]
+			path = "/leader/default/transfer?timeout=" + (3 * ttl).String() + "&to=" + to
+		}
+		url := fmt.Sprintf("http://127.0.0.1:%d%s", in.AdminPort, path)
+		s.event("POST %s to %s (%s)", path, in, role)
+		go func() {
+			resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost, url, nil, 4*ttl)
+			s.event("%s answered %d %v", path, resp.Status, err)
+		}()
 	case "lease_revoke":
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		kv, err := revokeElectionLease(ctx, s.op)

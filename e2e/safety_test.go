@@ -58,10 +58,16 @@ type safetyEnv struct {
 // waits for a leader.
 func startSafetyEnv(t *testing.T, change func(*Config)) *safetyEnv {
 	t.Helper()
+	return startSafetyEnvN(t, safetyInstances, change)
+}
+
+// startSafetyEnvN is startSafetyEnv with a fleet of n.
+func startSafetyEnvN(t *testing.T, n int, change func(*Config)) *safetyEnv {
+	t.Helper()
 	etcd := startEtcdProcs(t, 3)
 	env := &safetyEnv{t: t, etcd: etcd, backend: startBackend(t), links: map[string][]*faultproxy.Proxy{}}
 	env.cfg = Config{Follower: "forward", Backend: env.backend.srv.URL, InstanceEndpoints: map[string][]string{}}
-	for i := range safetyInstances {
+	for i := range n {
 		id := fmt.Sprintf("c%d", i) // StartFleet's ids
 		for m := range etcd.members {
 			p, err := faultproxy.New(etcd.Addr(m))
@@ -76,7 +82,7 @@ func startSafetyEnv(t *testing.T, change func(*Config)) *safetyEnv {
 	if change != nil {
 		change(&env.cfg)
 	}
-	env.launch(t, safetyInstances)
+	env.launch(t, n)
 	return env
 }
 

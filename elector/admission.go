@@ -2,7 +2,6 @@ package elector
 
 import (
 	"context"
-	"time"
 )
 
 // Check reports whether this instance may act as leader right now, with the Term it decided
@@ -38,9 +37,6 @@ func (e *Election) EnterForwarded(token int64) (*Term, bool) {
 	e.inflight.Add(1)
 	t := e.term.Load()
 	if t.Token == token && t.open(e.c.now()) {
-		if t.Draining {
-			e.lastForwarded.Store(time.Now().UnixNano())
-		}
 		return t, true
 	}
 	e.inflight.Add(-1)

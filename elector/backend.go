@@ -38,6 +38,17 @@ type Observation struct {
 	Revision int64
 	// Holder is nil when nobody holds the key.
 	Holder *Holder
+	// Prev is set by a Campaign that created the key: the token of the term that held the
+	// key last before it, the newest one the election ever had. It is how a new holder knows
+	// exactly whose end it must see before it admits, even a term it never saw (its watch
+	// was down, or it has just started). Zero when the store cannot tell (no term held the
+	// key since the store began keeping track, or the store does not say); the new holder
+	// then waits until every term it could not see is certainly over (see settle.go).
+	Prev int64
+	// PrevReleased is set with Prev when the store found, in the same request, that the
+	// holder of term Prev acknowledged its end (as Released would report): the new holder
+	// may admit at once, one round trip after the release it follows.
+	PrevReleased bool
 	// Err is set (and nothing else) when a watch broke; the watcher must read the key again.
 	Err error
 }
@@ -72,7 +83,8 @@ type Backend interface {
 	// Campaign creates the election's key with value, bound to lease, if and only if the key
 	// does not exist, atomically; either way it returns who holds the key afterwards. Among
 	// concurrent campaigns at most one wins. A new key gets a token greater than every
-	// token the election's key ever had. It fails (ErrLeaseNotFound, or another error) and
+	// token the election's key ever had, and the observation of a created key carries the
+	// token of the term before it in Prev, where the store keeps it. It fails (ErrLeaseNotFound, or another error) and
 	// creates nothing if lease is gone.
 	Campaign(ctx context.Context, election string, value []byte, lease LeaseID) (Observation, error)
 	// Observe reads the election's key without trying to take it. A key whose lease has
@@ -86,7 +98,10 @@ type Backend interface {
 	// delete (Release, Revoke, an operator) and an expiry. A store without history
 	// may coalesce changes that follow each other faster than it can report
 	// them into the latest one, but never reports a state older than one already reported,
-	// and always reports the latest.
+	// and always reports the latest. It never merges a holder's last write into the
+	// vacancy that follows it: a vacancy comes after that write was reported (again, if
+	// need be, when the watch cannot tell whether it reported it), since followers count
+	// a vanished holder's deadline from the last write the watch showed them.
 	Watch(ctx context.Context, election string, afterRev int64) <-chan Observation
 	// Update replaces the value of the election's key, keeping its lease and token, if its
 	// token is still token (and so its lease alive); it reports whether it did. It never
@@ -105,9 +120,19 @@ type Backend interface {
 	// and go on acting. With lease 0 only the acknowledgement counts, which is how the
 	// elector asks: a revoked lease is gone while its holder may still act.
 	Released(ctx context.Context, election string, token int64, lease LeaseID) (bool, error)
+	// Expire deletes the election's key if its token is still token and nothing has
+	// written it after revision rev (the Revision of the observation in which the caller
+	// saw it last); it reports whether it did. A follower calls it once the holder's
+	// heartbeat deadline has passed by its own clock since that observation: the holder
+	// has stopped admitting for good, and its key need not wait for the store to notice
+	// that the lease expired. It writes no acknowledgement.
+	Expire(ctx context.Context, election string, token, rev int64) (bool, error)
 	// Release deletes the election's key if its token is still token, and acknowledges
 	// the end of that term (as Acknowledge) in the same transaction, so that a deposed
-	// leader can never delete its successor's key.
+	// leader can never delete its successor's key. It acknowledges even when the key is
+	// gone already (an operator deleted it, or a first try whose answer was lost did): the
+	// elector calls it only once the term has stopped admitting and its own predecessor is
+	// known to have stopped, and the successor must not wait out a TTL for a clean end.
 	Release(ctx context.Context, election string, token int64, lease LeaseID) error
 	// Announce records that candidate id stands in the election, for as long as lease
 	// lives, so that a transfer can tell a live candidate from a typo and an operator can

@@ -45,7 +45,7 @@ func (e *Election) run(ctx context.Context) {
 // this candidate never campaigns (priority 0). A candidate of lower priority yields first
 // (see yieldToHigher). It reports whether it only looked because of a hold-off.
 func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error) {
-	if _, held := e.heldOff(); held || e.c.Priority() == 0 {
+	if _, held := e.heldOff(); held || e.c.Priority() == 0 || e.failsafeHolding() {
 		rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 		defer cancel()
 		obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
@@ -83,8 +83,13 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead 
 		defer t.Stop()
 		holdOver = t.C
 	}
+	silent := time.NewTimer(e.silenceLeft())
+	defer silent.Stop()
 	for {
 		select {
+		case <-silent.C:
+			e.expireSilent(ctx)
+			silent.Reset(e.silenceLeft())
 		case <-ctx.Done():
 			return nil
 		case <-l.lost:
@@ -108,6 +113,13 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead 
 			if o.Holder == nil {
 				return nil // vacant: campaign at once
 			}
+			if !silent.Stop() {
+				select {
+				case <-silent.C:
+				default:
+				}
+			}
+			silent.Reset(e.silenceLeft())
 		}
 	}
 }
@@ -150,8 +162,8 @@ func (e *Election) loseLease(l *lease) {
 // should not leave redirects and forwarded requests without a target. After it, a stale
 // leader is worse than none. A key held under a still-valid lease stays held.
 func (e *Election) lostContact(l *lease) {
-	if l.valid(e.c.now()) {
-		return // pause and follow call again when l is given up
+	if l.valid(e.c.now()) || e.failsafeHolding() {
+		return // pause and follow call again when l is given up; a failsafe keeps the leader
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

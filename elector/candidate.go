@@ -33,6 +33,9 @@ type Config struct {
 	// Preempt makes this candidate, while healthy, ask a leader of lower priority for a
 	// graceful transfer to itself (see priority.go).
 	Preempt bool
+	// Failsafe, if set, lets a leader ride out an outage of the store while every peer
+	// confirms it (see failsafe.go).
+	Failsafe *FailsafeConfig
 	// Now reads the clock; nil means time.Now. It must return times with a monotonic
 	// reading. Tests move it forward to simulate a pause.
 	Now func() time.Time
@@ -56,6 +59,7 @@ type Candidate struct {
 	lastContact    atomic.Int64 // Unix nanoseconds of the last successful grant or renewal
 	observer       atomic.Pointer[observerBox]
 	prio           priority
+	fs             candidateFailsafe
 
 	ctx    context.Context // cancelled by Close: ends every loop
 	cancel context.CancelFunc
@@ -63,6 +67,7 @@ type Candidate struct {
 	startOnce sync.Once
 	closeOnce sync.Once
 	loops     sync.WaitGroup
+	appends   atomic.Int64 // history entries on their way to the store
 
 	mu        sync.Mutex
 	current   *lease        // the lease in use; nil while there is none
@@ -84,6 +89,9 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 		return nil, errors.New("elector: no backend")
 	case cfg.DrainTimeout < 0:
 		return nil, fmt.Errorf("elector: drain timeout %s is negative", cfg.DrainTimeout)
+	}
+	if err := checkFailsafe(cfg); err != nil {
+		return nil, err
 	}
 	c := &Candidate{
 		cfg:       cfg,
@@ -235,6 +243,9 @@ func (c *Candidate) Close(ctx context.Context) error {
 			}()
 		}
 		drains.Wait()
+		// A term that just settled records the one before it; give that write a
+		// request's time before the context that carries it ends.
+		c.waitAppends(c.requestTimeout)
 
 		c.cancel()
 		c.loops.Wait()
@@ -259,6 +270,13 @@ func (c *Candidate) Close(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// waitAppends waits until no history entry is on its way to the store, or for d.
+func (c *Candidate) waitAppends(d time.Duration) {
+	for deadline := time.Now().Add(d); c.appends.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // retryRelease deletes the key of a term of election that this candidate no longer

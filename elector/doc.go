@@ -22,13 +22,18 @@
 //
 // The key can also vanish early, when an operator deletes it or revokes the lease. So the
 // holder rewrites its key with every renewal and admits only until beatWindow after sending
-// its last rewrite (heartbeat.go), and a new holder that was not told that its predecessor
-// stopped waits until beatWindow plus a margin after it received that rewrite (settle.go).
-// After a crash that wait ends within a round trip of the lease's expiry.
+// its last rewrite (heartbeat.go), and the term ends when that passes. A new holder admits
+// only once it can prove that every term before it has stopped (settle.go): the store names
+// the previous term (Observation.Prev), whose holder acknowledged its end, or whose last
+// heartbeat the new holder received a TTL ago; a term it never saw is waited out for a TTL
+// from the moment the key was found vacant. After a crash that wait ends within a round
+// trip of the lease's expiry; a fleet starting cold waits one TTL. A term that has not
+// proven its own predecessor stopped neither releases nor acknowledges until it has, so an
+// acknowledgement always vouches for everyone before it.
 //
 // A handover (Resign, a transfer, a shutdown) stops admitting, drains admitted requests,
 // closes the term for good and only then deletes the key and acknowledges in one transaction
-// (handover.go). Forwarded requests are admitted only under the term they were sent to, once
+// (handover.go), retrying until it lands or the lease is given up. Forwarded requests are admitted only under the term they were sent to, once
 // it has settled and until it starts its release (admission.go).
 //
 // # What it does not guarantee
@@ -36,7 +41,8 @@
 // A request admitted just before a deadline can still reach a backend after the successor
 // starts; the fencing token (Term.Token) is how a backend refuses it. A machine whose clocks
 // stop while it is suspended resumes believing its deadlines ahead until its next renewal or
-// watch event. Liveness needs the store: without it nobody leads.
+// watch event. Liveness needs the store: without it nobody leads, unless failsafe mode is on
+// and every candidate confirms the leader (failsafe.go).
 //
 // # Files
 //

@@ -19,8 +19,6 @@ type Election struct {
 
 	term     atomic.Pointer[Term]
 	inflight atomic.Int64 // admitted gated requests that have not finished
-	// lastForwarded is when (Unix ns) a forwarded request last arrived during a handover.
-	lastForwarded atomic.Int64
 	// markKeys holds the MarkKeys of this instance's latest terms, newest first, so that
 	// a forwarded request can be told from a forged one even when it arrives after the
 	// term it was forwarded to has ended (it is then refused, not forwarded again).
@@ -40,18 +38,19 @@ type Election struct {
 	// the token of this instance's own term while it waits for prev to be over.
 	prev     observedTerm
 	settling int64
+	// own is this instance's latest term, which its next term may follow.
+	own ownTerm
+	// releasingAgain is the token of a released term whose key reappeared and is being
+	// released once more (see releaseAgainLocked).
+	releasingAgain int64
 	// campaign is the newest campaign request this instance sent: the record it wrote
 	// and when it sent it. A term it wins starts its heartbeat deadline from there.
 	campaign struct {
 		rec  Record
 		sent time.Time
 	}
-	// writeMu serialises this instance's writes of its own election key (heartbeats and the
-	// handover announcement), so that a heartbeat never undoes the announcement.
+	// writeMu serialises this instance's heartbeats.
 	writeMu sync.Mutex
-	// handoverAnnounced is the token of this instance's term whose handover has been
-	// announced: its heartbeats keep the record's HandingOver mark.
-	handoverAnnounced atomic.Int64
 	// releasing is the token of this instance's term whose release has begun: that term
 	// admits nothing any more (see Term.Releasing).
 	releasing int64
@@ -63,8 +62,11 @@ type Election struct {
 	// completes it, and the intent is then cleared so that the others campaign again.
 	transferHere bool
 
-	// other is the newest term held by another instance, for the history (see history.go).
-	other lastOther
+	fs electionFailsafe
+
+	// other is the newest term held by another instance, and ownPast the newest of this
+	// instance's that ended, for the history (see history.go).
+	other, ownPast lastOther
 
 	// announced is the lease under which this candidate last announced itself, and
 	// announcedValue what it announced (campaign loop only).
@@ -87,6 +89,7 @@ func newElection(c *Candidate, name string) *Election {
 		done:    make(chan struct{}),
 		resync:  make(chan struct{}, 1),
 	}
+	e.fs.unknownUntil = c.now().Add(c.cfg.TTL)
 	e.term.Store(&Term{Election: name, Self: c.cfg.ID, Reason: "starting", At: c.now(), end: ended})
 	return e
 }

@@ -44,12 +44,13 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	if t.lease == nil {
 		return nil
 	}
-	// Tell the fleet first, so that peers stop forwarding here and hold their requests
-	// for the successor; then let what is in flight (and what peers forwarded just
-	// before they heard) finish; then let go.
-	announced := e.announceHandover(ctx, t)
-	drained, cancelDrain := context.WithTimeout(ctx, time.Duration(e.c.drainTimeout.Load())+handoverGrace)
-	e.drain(drained, announced)
+	// Let what is in flight finish, then let go. Peers learn of the handover from the
+	// release itself: a request one of them forwards here meanwhile is admitted while the
+	// term drains, and refused (NotLeaderHeader) once its release has begun, and the peer
+	// then sends it on to the successor. No write or wait of its own stands between the
+	// signal and the release.
+	drained, cancelDrain := context.WithTimeout(ctx, time.Duration(e.c.drainTimeout.Load()))
+	e.drain(drained)
 	// The release acknowledges the end of the term in the same transaction, and the
 	// successor starts as soon as it sees that: close the term to every request first,
 	// forwarded ones included, and for good, so that neither a failed release nor a lost
@@ -61,13 +62,27 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 		e.publishLocked(cur.Leader, cur.Token, cur.lease, "releasing")
 	}
 	e.mu.Unlock()
-	e.drain(drained, time.Time{})
+	e.drain(drained)
 	cancelDrain()
+	// The release acknowledges, and an acknowledgement vouches that nobody admits any
+	// more: not before this term's own predecessor is known to have stopped. A term
+	// still settling lets go once its predecessor's deadline has passed (at most a TTL),
+	// whatever ctx says, since giving up the wait would leave the key held for longer.
+	if !t.pred.isProven() {
+		e.c.log().Info("handing over once the previous leader is known to have stopped",
+			zap.String("election", e.name), zap.Int64("token", t.Token), zap.Duration("at_most", max(0, t.pred.stoppedBy.Sub(e.c.now()))))
+		if !t.pred.wait(e.c.ctx, e.c.now) {
+			return e.c.ctx.Err()
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token, t.lease.id)
 	cancel()
 	if err != nil {
 		e.c.storeFailed("release", err)
+		// Keep trying in the background: a key left held keeps the fleet leaderless
+		// for as long as the lease lives, which would be the whole hold-off.
+		e.c.retryRelease(e.name, t.Token, t.lease)
 		return err
 	}
 	e.mu.Lock()
@@ -79,23 +94,6 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	return nil
 }
 
-// handoverGrace is how long a leader that announced its handover keeps accepting requests
-// that peers forwarded before they heard of it: the announcement reaches peers through
-// their watch in about one round trip, and a request they sent just before is at most
-// one network hop behind it. The grace starts again with every forwarded request that
-// still arrives, so a slow peer extends it (up to DrainTimeout).
-const handoverGrace = 25 * time.Millisecond
-
-// announceHandover marks the leader record as handing over. It returns when the mark was
-// written, or the zero time if it could not be (the handover then goes on without it).
-func (e *Election) announceHandover(ctx context.Context, t *Term) time.Time {
-	e.handoverAnnounced.Store(t.Token)
-	if ok, err := e.writeRecord(ctx, t); err != nil || !ok {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
 // resignedReasonLocked is why a handover let go of the key: resigned or transferred.
 func (e *Election) resignedReasonLocked() string {
 	if e.resignReason != "" {
@@ -104,25 +102,16 @@ func (e *Election) resignedReasonLocked() string {
 	return "resigned"
 }
 
-// drain waits until no admitted request is in flight and the grace after the handover was
-// announced has passed, or DrainTimeout or ctx ends.
-func (e *Election) drain(ctx context.Context, announced time.Time) {
-	// quiet reports whether peers have had the grace to stop forwarding here.
-	quiet := func() bool {
-		if announced.IsZero() {
-			return true
-		}
-		last := max(announced.UnixNano(), e.lastForwarded.Load())
-		return time.Since(time.Unix(0, last)) >= handoverGrace
-	}
-	if e.inflight.Load() <= 0 && quiet() {
+// drain waits until no admitted request is in flight, or DrainTimeout or ctx ends.
+func (e *Election) drain(ctx context.Context) {
+	if e.inflight.Load() <= 0 {
 		return
 	}
 	deadline := time.NewTimer(time.Duration(e.c.drainTimeout.Load()))
 	defer deadline.Stop()
-	tick := time.NewTicker(2 * time.Millisecond)
+	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	for e.inflight.Load() > 0 || !quiet() {
+	for e.inflight.Load() > 0 {
 		select {
 		case <-ctx.Done():
 			return
@@ -163,9 +152,14 @@ func (e *Election) stop() {
 // waiting (see settle) may start.
 func (e *Election) acknowledgeEnd(ended *Term) {
 	go func() {
+		// An acknowledgement vouches that nobody admits: a term that never settled
+		// waits for its predecessor's deadline first (see predecessor).
+		if ended.pred != nil && !ended.pred.wait(e.c.ctx, e.c.now) {
+			return
+		}
 		ctx, cancel := context.WithTimeout(e.c.ctx, e.c.HandoverTimeout())
 		defer cancel()
-		e.drain(ctx, time.Time{})
+		e.drain(ctx)
 		retry := newBackoff(50*time.Millisecond, time.Second)
 		for {
 			rctx, rcancel := context.WithTimeout(ctx, e.c.requestTimeout)
@@ -174,6 +168,31 @@ func (e *Election) acknowledgeEnd(ended *Term) {
 			if err == nil || !retry.wait(ctx) {
 				return
 			}
+		}
+	}()
+}
+
+// releaseAgainLocked deletes, in the background, the key of term token that this instance
+// has released already and now sees again, once per sighting that finds no such release
+// under way. e.mu is held.
+func (e *Election) releaseAgainLocked(token int64, l *lease) {
+	if e.releasingAgain == token {
+		return
+	}
+	e.releasingAgain = token
+	go func() {
+		defer func() {
+			e.mu.Lock()
+			if e.releasingAgain == token {
+				e.releasingAgain = 0
+			}
+			e.mu.Unlock()
+		}()
+		rctx, cancel := context.WithTimeout(e.c.ctx, e.c.requestTimeout)
+		defer cancel()
+		if err := e.c.cfg.Backend.Release(rctx, e.name, token, l.id); err != nil {
+			e.c.storeFailed("release", err)
+			e.c.retryRelease(e.name, token, l)
 		}
 	}()
 }

@@ -2,17 +2,18 @@ package elector
 
 import (
 	"context"
+	"time"
+
+	"go.uber.org/zap"
 )
 
-// writeRecord rewrites the key of this instance's term t (its record as it won it, marked
-// as handing over once that was announced) if the key is still t's, and moves t's heartbeat
-// deadline on from the time the write was sent. Followers see every write through their
+// writeRecord rewrites the key of this instance's term t (its record as it won it) if the
+// key is still t's, and moves t's heartbeat deadline on from the time the write was sent. Followers see every write through their
 // watch; see beatWindow for why that matters. It reports whether the key was still t's.
 func (e *Election) writeRecord(ctx context.Context, t *Term) (bool, error) {
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
 	rec := t.Leader
-	rec.HandingOver = e.handoverAnnounced.Load() == t.Token
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
 	sent := e.c.now()
@@ -33,13 +34,26 @@ func (e *Election) keepBeating(t *Term) {
 	next := l.renewalSent()
 	failed := false
 	for {
-		if failed || t.beat.valid(e.c.now()) {
+		if now := e.c.now(); failed || t.beat.valid(now) {
+			// The term is over when its heartbeat deadline passes (writes of the key fail
+			// while renewals of the lease succeed: a full disk, a permission taken away).
+			// Polled, since the deadline moves with every heartbeat and the clock may
+			// be a test's.
+			beatOver := time.NewTimer(min(max(t.beatHorizon(now), time.Millisecond), 100*time.Millisecond))
 			select {
 			case <-t.end.Done():
+				beatOver.Stop()
 				return
 			case <-l.lost:
+				beatOver.Stop()
 				return
 			case <-next:
+				beatOver.Stop()
+			case <-beatOver.C:
+				if t.beatHorizon(e.c.now()) <= 0 && e.heartbeatLost(t) {
+					return
+				}
+				continue
 			}
 		}
 		next = l.renewalSent()
@@ -55,3 +69,27 @@ func (e *Election) keepBeating(t *Term) {
 		failed = err != nil
 	}
 }
+
+// heartbeatLost ends this instance's term t once its heartbeat deadline has passed: it
+// admits nothing any more either way, and a key held without heartbeats keeps every other
+// instance out for as long as the lease lives. The lease is given up (and revoked), which
+// takes the key, and the keys of the candidate's other elections, with it; a key that
+// cannot be written can still go with its lease. It reports whether t was still the
+// current term. A term whose first heartbeat has not been sent yet is not over.
+func (e *Election) heartbeatLost(t *Term) bool {
+	e.mu.Lock()
+	cur := e.term.Load()
+	if cur.lease != t.lease || cur.Token != t.Token || t.beat.mono.Load() == 0 {
+		e.mu.Unlock()
+		return cur.lease != t.lease || cur.Token != t.Token
+	}
+	e.publishLocked(Record{}, 0, nil, ReasonHeartbeatLost)
+	e.mu.Unlock()
+	e.c.log().Warn("term over: no heartbeat reached the store before the heartbeat deadline; giving up the lease so that another instance can lead",
+		zap.String("election", e.name), zap.Int64("token", t.Token))
+	t.lease.giveUpBecause(ReasonHeartbeatLost)
+	return true
+}
+
+// ReasonHeartbeatLost is why a term ends when its key could not be rewritten in time.
+const ReasonHeartbeatLost = "heartbeat deadline passed"

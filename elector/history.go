@@ -12,7 +12,8 @@ import (
 // same one and it survives restarts. The successor writes it: once its own term settles it
 // knows how the previous one ended (the previous holder confirmed it stopped, or its
 // deadline passed), which the previous holder itself, crashed or cut off, may never learn.
-// A term whose successor dies before it settles goes unrecorded.
+// A term that ended with nobody else to take over is recorded by its own holder when it
+// wins again. A term whose successor dies before it settles goes unrecorded.
 
 // HistoryKept is how many ended terms an election's history keeps.
 const HistoryKept = 100
@@ -70,24 +71,39 @@ func (e *Election) noteHistoryLocked(old, t *Term) {
 	case e.other.token != 0 && e.other.gone.IsZero():
 		e.other.gone = now
 	}
+	if old.lease != nil && t.lease != old.lease || old.lease != nil && t.Token != old.Token {
+		// A term of this instance ended: its successor, this instance again if nobody
+		// else was there to take over, records it.
+		e.ownPast = lastOther{rec: old.Leader, token: old.Token, gone: now}
+	}
 	settled := t.lease != nil && !t.Settling && (old.lease != t.lease || old.Token != t.Token || old.Settling)
-	if !settled || e.other.token == 0 || e.other.token >= t.Token {
+	if !settled {
+		return
+	}
+	prev := e.other
+	if e.ownPast.token > prev.token {
+		prev = e.ownPast // the newest term before this one was this instance's own
+	}
+	if prev.token == 0 || prev.token >= t.Token {
 		return
 	}
 	ended := EndedHandedOver
-	if t.Reason == ReasonPredecessorTimedOut {
+	if t.Reason == ReasonPredecessorTimedOut && prev != e.ownPast {
 		ended = EndedDeadlinePassed
 	}
 	past := PastTerm{
-		Token: e.other.token, Leader: e.other.rec.ID, URL: e.other.rec.URL, Start: e.other.rec.Since,
-		End: e.other.gone, Ended: ended, Successor: e.c.cfg.ID, SuccessorToken: t.Token,
+		Token: prev.token, Leader: prev.rec.ID, URL: prev.rec.URL, Start: prev.rec.Since,
+		End: prev.gone, Ended: ended, Successor: e.c.cfg.ID, SuccessorToken: t.Token,
 	}
-	e.other = lastOther{}
+	e.other, e.ownPast = lastOther{}, lastOther{}
+	e.c.appends.Add(1)
 	go e.appendHistory(past)
 }
 
-// appendHistory writes past to the store, retrying for as long as the candidate lives.
+// appendHistory writes past to the store, retrying for as long as the candidate lives
+// (Close waits a little for it).
 func (e *Election) appendHistory(past PastTerm) {
+	defer e.c.appends.Add(-1)
 	entry, _ := json.Marshal(past) // strings, numbers and times always marshal
 	retry := newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL))
 	for {

@@ -154,10 +154,15 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 		if l.rewound.Load() {
 			return reasonRewound
 		}
-		if !l.valid(now) {
+		if why := l.why.Load(); why != nil {
+			return *why
+		}
+		// A failsafe keeps the lease past its deadline (leaseHorizon), trying to renew it.
+		horizon := c.leaseHorizon(l, now)
+		if horizon <= 0 {
 			return "no renewal succeeded before the lease deadline"
 		}
-		timer.Reset(min(next.Sub(now), l.remaining(now)))
+		timer.Reset(min(next.Sub(now), horizon))
 		select {
 		case <-ctx.Done():
 			return ""
@@ -166,10 +171,11 @@ func (c *Candidate) renew(ctx context.Context, l *lease, ttl time.Duration, sent
 		case <-timer.C:
 		}
 		sent = c.now()
-		if !l.valid(sent) {
+		horizon = c.leaseHorizon(l, sent)
+		if horizon <= 0 {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, min(c.requestTimeout, l.remaining(sent)))
+		rctx, cancel := context.WithTimeout(ctx, min(c.requestTimeout, horizon))
 		l.renewing()
 		granted, err := c.cfg.Backend.Renew(rctx, l.id)
 		cancel()

@@ -35,6 +35,8 @@ type lease struct {
 	lost chan struct{}
 	// rewound is set when the lease was given up because the store went back in time.
 	rewound atomic.Bool
+	// why says why the lease was given up by its user rather than the lease loop.
+	why atomic.Pointer[string]
 
 	sendMu sync.Mutex
 	sent   chan struct{} // closed (and replaced) whenever a renewal is sent
@@ -48,6 +50,14 @@ func newLease(id LeaseID, granted time.Duration) *lease {
 // which the request that granted or renewed the lease was sent.
 func (l *lease) extend(sent time.Time, granted, margin time.Duration) {
 	l.set(sent.Add(granted - margin))
+	// A renewal in flight when the lease was given up (after a rewind, say) must not
+	// make it valid again. giveUp closes lost before it clears, so either this sees lost
+	// closed, or giveUp's clear comes after this set.
+	select {
+	case <-l.lost:
+		l.clear()
+	default:
+	}
 }
 
 // renewing tells whoever waits on renewalSent that a renewal is being sent now.
@@ -68,9 +78,15 @@ func (l *lease) renewalSent() <-chan struct{} {
 // giveUp makes the lease invalid at once and tells every election that uses it.
 func (l *lease) giveUp() {
 	l.lostOnce.Do(func() {
-		l.clear()
 		close(l.lost)
+		l.clear()
 	})
+}
+
+// giveUpBecause is giveUp by a user of the lease, which says why.
+func (l *lease) giveUpBecause(reason string) {
+	l.why.CompareAndSwap(nil, &reason)
+	l.giveUp()
 }
 
 // deadline is a moment kept on both clocks (nanoseconds: monotonic since clockBase, and Unix

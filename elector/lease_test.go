@@ -184,3 +184,16 @@ func TestStoreRewoundGivesUpTheLease(t *testing.T) {
 		t.Fatal("the elections were not told the lease is lost")
 	}
 }
+
+// TestRenewalInFlightCannotReviveAGivenUpLease: a renewal answered after the lease was given
+// up (after a rewind, say) must not make it valid again.
+func TestRenewalInFlightCannotReviveAGivenUpLease(t *testing.T) {
+	now := time.Now()
+	l := newLease(1, 10*time.Second)
+	l.extend(now, 10*time.Second, time.Second)
+	l.giveUp()
+	l.extend(now, 10*time.Second, time.Second) // the answer of a renewal sent before
+	if l.valid(now) {
+		t.Fatal("a lease given up is valid again after a renewal that was in flight")
+	}
+}

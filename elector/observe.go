@@ -17,6 +17,9 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		// Seen through the watch, the vacancy comes after every write of the previous
 		// holder; through a read, writes since the last one seen may have been missed.
 		e.prev.vacated = watched
+		if !watched {
+			e.own.lastSeen = false // terms may have come and gone unseen since
+		}
 		reason := "key vacant"
 		switch {
 		case old.lease != nil && e.handing:
@@ -46,15 +49,19 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 			mine = l
 		}
 	}
-	if mine == nil && rec.ID == e.c.cfg.ID && !e.c.ours(h.Lease) {
-		e.c.log().Error("another process holds this election under the same instance_id; the lease decides, so this one stays a follower: give every instance its own instance_id",
-			zap.String("election", e.name), zap.String("instance_id", rec.ID), zap.Int64("their_lease", int64(h.Lease)))
-	}
 	if mine != nil && h.Token <= e.letGo {
-		return // a replayed write of a term this instance has released; its delete follows
+		// A write of a term this instance has released: a watch replaying the term's
+		// heartbeats before its delete, or the key back after a store failover lost the
+		// release. Let go of it (again): nobody else can win while it stands.
+		e.releaseAgainLocked(h.Token, mine)
+		return
 	}
 	if mine == nil {
-		e.prev.saw(h, rec, e.c.now())
+		e.prev.saw(h, rec, e.c.now(), o.Revision)
+		e.own.lastSeen = false
+		if rec.ID == e.c.cfg.ID && !e.c.ours(h.Lease) && e.previousProcessLocked(old, h, rec) {
+			return
+		}
 	}
 	if old.lease == mine && old.Token == h.Token && old.Leader == rec {
 		return // nothing new (a heartbeat)
@@ -64,14 +71,19 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 	}
 	newTerm := mine != nil && (old.lease != mine || old.Token != h.Token)
 	if newTerm {
-		// A new term of ours. If the key was taken from a holder that may not have
-		// noticed yet (an operator deleted the key or revoked its lease, say), admit
-		// nothing until it is confirmed to have stopped.
-		if p := e.prev; p.token != 0 && p.token != h.Token && !e.c.own(p.lease) {
+		// A new term of ours. Unless every term before it is proven to have stopped
+		// (its holder acknowledged, or it was this instance's own), admit nothing until
+		// it is: the key may have been taken from a holder that has not noticed yet (an
+		// operator deleted the key or revoked its lease, say), or that this instance
+		// never saw at all.
+		p := e.predecessorLocked(h.Token, o, e.c.now(), max(e.c.cfg.TTL, l.granted))
+		e.own = ownTerm{token: h.Token, pred: p, lastSeen: true}
+		if !p.isProven() {
 			e.settling = h.Token
-			go e.settle(h.Token, p.token, p.stoppedBy(e.c.now(), max(e.c.cfg.TTL, l.granted)))
+			go e.settle(h.Token, p)
 		}
 		e.prev = observedTerm{} // over, once this term settles
+		e.startProofLocked(h.Token)
 	}
 	var reason string
 	switch {
@@ -95,11 +107,41 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 	e.publishLocked(rec, h.Token, mine, reason)
 	if newTerm {
 		go e.keepBeating(e.term.Load())
+		if e.c.cfg.Failsafe != nil {
+			go e.keepFailsafe(e.term.Load())
+		}
 	}
 	if old.lease != nil && mine == nil && !e.handing {
 		e.acknowledgeEnd(old)
 	}
 }
+
+// previousProcessLocked handles a key held under this instance's own id by a lease that
+// no candidacy of this process holds. If the holder advertises this instance's own URL, it
+// is this instance's previous process (killed and started again before its lease ran
+// out): nobody to forward to, so no leader is published until its key goes, and the term
+// is then waited out like any other (settle.go). It reports whether it handled the key
+// that way; otherwise two instances share an id, which is logged. e.mu is held.
+func (e *Election) previousProcessLocked(old *Term, h *Holder, rec Record) bool {
+	if rec.URL != e.c.cfg.URL {
+		if old.Token != h.Token {
+			e.c.log().Error("another instance holds this election under the same instance_id but advertises another URL; the lease decides, so this one stays a follower: give every instance its own instance_id",
+				zap.String("election", e.name), zap.String("instance_id", rec.ID), zap.String("their_url", rec.URL), zap.Int64("their_lease", int64(h.Lease)))
+		}
+		return false
+	}
+	if old.Reason == ReasonPreviousProcess {
+		return true // a heartbeat of the same term
+	}
+	e.c.log().Warn("the election key is held by this instance's previous process (same instance_id and URL, another lease): no leader until its lease runs out, at most a ttl",
+		zap.String("election", e.name), zap.String("instance_id", rec.ID), zap.Int64("token", h.Token), zap.Int64("their_lease", int64(h.Lease)))
+	e.publishLocked(Record{}, 0, nil, ReasonPreviousProcess)
+	return true
+}
+
+// ReasonPreviousProcess is the reason of a Term with no leader because the key is held by
+// this instance's previous process, which did not let go before it ended.
+const ReasonPreviousProcess = "key held by this instance's previous process; waiting for its lease to end"
 
 // publishAlone publishes that this instance neither holds nor knows anything any more.
 func (e *Election) publishAlone(reason string) {
@@ -123,7 +165,7 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 		Leader:    leader,
 		Token:     token,
 		Draining:  held != nil && e.handing,
-		Settling:  held != nil && token == e.settling,
+		Settling:  held != nil && (token == e.settling || token == e.fs.proving),
 		Releasing: held != nil && token == e.releasing,
 		Reason:    reason,
 		At:        e.c.now(),
@@ -132,7 +174,7 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 	}
 	switch {
 	case held != nil && old.lease == held && old.Token == token:
-		t.end, t.beat = old.end, old.beat // the same term goes on
+		t.end, t.beat, t.pred, t.fs = old.end, old.beat, old.pred, old.fs // the same term goes on
 	default:
 		if e.endTerm != nil {
 			e.endTerm()
@@ -141,13 +183,18 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 		if held != nil {
 			t.end, e.endTerm = context.WithCancel(context.Background())
 			// The campaign that created the key was the term's first heartbeat.
-			t.beat = &deadline{}
+			t.beat, t.fs = &deadline{}, &deadline{}
+			t.pred = provenPredecessor
+			if e.own.token == token {
+				t.pred = e.own.pred
+			}
 			if c := e.campaign; !c.sent.IsZero() && c.rec.MarkKey == leader.MarkKey {
 				t.beat.set(c.sent.Add(beatWindow(held.granted)))
 			}
 		}
 	}
 	e.noteHistoryLocked(old, t)
+	e.noteFailsafeLocked(t)
 	e.term.Store(t)
 	close(e.changed)
 	e.changed = make(chan struct{})

@@ -48,6 +48,7 @@ func (c *Candidate) storeFailed(op string, err error) {
 			l.giveUp()
 		}
 	}
+	c.failsafeTrouble(op, err)
 	c.trouble.failed(c.log(), op, err, c.diagnose)
 	if o := c.observe(); o != nil {
 		o.StoreFailed(op, err)
@@ -65,6 +66,7 @@ type ContactObserver interface {
 
 // storeContacted records a confirmed lease: it ends a logged outage and tells the observer.
 func (c *Candidate) storeContacted() {
+	c.failsafeContact()
 	c.trouble.succeeded(c.log())
 	c.lastContact.Store(time.Now().UnixNano())
 	if o, ok := c.observe().(ContactObserver); ok {

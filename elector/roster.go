@@ -24,6 +24,8 @@ type CandidateInfo struct {
 	Healthy bool `json:"healthy"`
 	// Priority ranks the candidate (see priority.go): 0 never campaigns.
 	Priority int `json:"priority"`
+	// Failsafe is the URL of the candidate's failsafe endpoint; empty without failsafe.
+	Failsafe string `json:"failsafe,omitempty"`
 	// Preempt is set on a candidate that takes leadership from a leader of lower priority.
 	Preempt bool `json:"preempt,omitempty"`
 	// HoldOffUntil is when the candidate's hold-off ends (its wall clock), while it is held
@@ -40,6 +42,9 @@ func (e *Election) info() CandidateInfo {
 	until := e.holdUntil
 	e.mu.Unlock()
 	info := CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: !until.After(now), Priority: e.c.Priority(), Preempt: e.c.Preempts()}
+	if f := e.c.cfg.Failsafe; f != nil {
+		info.Failsafe = f.URL
+	}
 	switch left := until.Sub(now); {
 	case left > forever/2:
 		info.Leaving = true

@@ -17,8 +17,10 @@ type Record struct {
 	URL string `json:"url,omitempty"`
 	// Since is when the holder's term began, by the holder's wall clock.
 	Since time.Time `json:"since"`
-	// HandingOver is set by a leader that is about to let go (shutdown, resign): peers
-	// stop sending it requests and wait for its successor instead.
+	// HandingOver was set by a leader that was about to let go (shutdown, resign), in
+	// releases before the handover took one store round trip: peers then stop sending it
+	// requests and wait for its successor. It is still honoured when read, so that a
+	// fleet can be upgraded one instance at a time; this release never writes it.
 	HandingOver bool `json:"handing_over,omitempty"`
 	// MarkKey is the secret of this term with which peers authenticate the requests they
 	// forward to the holder (see Election.EnterForwarded). It is random per campaign, so
@@ -82,6 +84,12 @@ type Term struct {
 	// beat is how long after its last heartbeat this term may admit (see beatWindow);
 	// shared by every snapshot of the term. Set whenever lease is.
 	beat *deadline
+	// fs is how long a failsafe round let this term admit past those deadlines (see
+	// failsafe.go); shared like beat. Set whenever lease is.
+	fs *deadline
+	// pred is what the term waits for before it admits, and what its end must not
+	// vouch for before it is proven (see predecessor). Set whenever lease is.
+	pred *predecessor
 	// end is cancelled when this instance's hold of the key ends; already cancelled
 	// for a Term that does not hold it.
 	end context.Context
@@ -113,7 +121,8 @@ func (t *Term) Leading(now time.Time) bool {
 // instance holds the key, the term has settled and its release has not begun, and both of
 // its deadlines are ahead (its lease's, and the one its last heartbeat gave it).
 func (t *Term) open(now time.Time) bool {
-	return t.lease != nil && !t.Settling && !t.Releasing && t.lease.valid(now) && t.beat.valid(now)
+	return t.lease != nil && !t.Settling && !t.Releasing &&
+		(t.lease.valid(now) && t.beat.valid(now) || t.failsafeOpen(now))
 }
 
 // LeaderKnown reports whether some instance (perhaps this one) is known to hold the key.

@@ -27,9 +27,10 @@ func TestConformance(t *testing.T) {
 				}
 				return b
 			},
-			TTL:      2 * time.Second,
-			Advance:  time.Sleep,
-			Election: func() string { return fmt.Sprintf("conformance-%d", n.Add(1)) },
+			TTL:       2 * time.Second,
+			Advance:   time.Sleep,
+			NamesPrev: true,
+			Election:  func() string { return fmt.Sprintf("conformance-%d", n.Add(1)) },
 		}
 	})
 }

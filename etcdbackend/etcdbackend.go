@@ -320,10 +320,11 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		return elector.Observation{}, err
 	}
 	at := b.mark()
-	key := b.Key(election)
+	key, last := b.Key(election), b.lastTermKey(election)
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(value), clientv3.WithLease(clientv3.LeaseID(lease)))).
+		Then(clientv3.OpGet(last), clientv3.OpPut(key, string(value), clientv3.WithLease(clientv3.LeaseID(lease))), clientv3.OpPut(last, ""),
+			clientv3.OpGet(b.releasedPrefix(election), clientv3.WithPrefix(), clientv3.WithKeysOnly())).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
@@ -334,11 +335,28 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	}
 	rev := resp.Header.Revision
 	if resp.Succeeded {
-		// The put is the transaction's only write, so the key was created at its revision.
-		return b.termChecked(at, election, elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}})
+		// Every write of a transaction has its revision, so the key was created at it. The
+		// last-term key was written by every term's campaign, so before this one its mod
+		// revision was the previous term's token.
+		o := elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}}
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			o.Prev = kvs[0].ModRevision
+			// The acknowledgements still alive (each lives about a ttl): the previous
+			// term's among them proves it over without another round trip.
+			ack := b.releasedKey(election, o.Prev)
+			for _, kv := range resp.Responses[3].GetResponseRange().GetKvs() {
+				o.PrevReleased = o.PrevReleased || string(kv.Key) == ack
+			}
+		}
+		return b.termChecked(at, election, o)
 	}
 	return b.termChecked(at, election, observation(rev, resp.Responses[0].GetResponseRange().GetKvs()))
 }
+
+// lastTermKey is rewritten by every campaign that creates the election's key, so that its
+// mod revision is always the newest term's token (see Observation.Prev). It has no lease:
+// it must outlive every term.
+func (b *Backend) lastTermKey(election string) string { return b.Key(election) + "/term" }
 
 // Observe implements elector.Backend.
 func (b *Backend) Observe(ctx context.Context, election string) (elector.Observation, error) {
@@ -479,14 +497,39 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 	if err != nil {
 		return err
 	}
+	// The acknowledgement is written whether or not the key is still this term's: see
+	// elector.Backend.Release.
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
 		Then(clientv3.OpDelete(key), ack).
+		Else(ack).
 		Commit()
 	if err != nil {
 		return b.describe(err)
 	}
 	return b.checked(at, resp.Header)
+}
+
+// Expire implements elector.Backend: one transaction that compares the key's create and mod
+// revisions.
+func (b *Backend) Expire(ctx context.Context, election string, token, rev int64) (bool, error) {
+	cli, err := b.client(ctx)
+	if err != nil {
+		return false, err
+	}
+	at := b.mark()
+	key := b.Key(election)
+	resp, err := cli.Txn(leaderCtx(ctx)).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token), clientv3.Compare(clientv3.ModRevision(key), "<", rev+1)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return false, b.describe(err)
+	}
+	if err := b.checked(at, resp.Header); err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }
 
 // Close implements elector.Backend. It ends a connect in progress and waits for it.

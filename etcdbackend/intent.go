@@ -175,8 +175,11 @@ func watchKeyFailed[T any](ctx context.Context, out chan<- T, v T) {
 }
 
 func (b *Backend) releasedKey(election string, token int64) string {
-	return b.Key(election) + "/released/" + strconv.FormatInt(token, 10)
+	return b.releasedPrefix(election) + strconv.FormatInt(token, 10)
 }
+
+// releasedPrefix begins the key of every acknowledgement of the election.
+func (b *Backend) releasedPrefix(election string) string { return b.Key(election) + "/released/" }
 
 // acknowledgement is the put that records the end of term token. It is bound to a lease of
 // its own, granted here for as long as the holder's lease was granted: the holder's lease

@@ -1,6 +1,7 @@
 package pgbackend
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -11,21 +12,37 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/pgtest"
 )
 
-// TestConformance runs the store-neutral suite against a real PostgreSQL.
+// TestConformance runs the store-neutral suite against a real PostgreSQL: with LISTEN,
+// with watches left to polling, and behind PgBouncer in transaction mode (polling too).
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
 	}
 	server := pgtest.Start(t)
 	var n atomic.Int64
-	electortest.Run(t, func(t *testing.T) electortest.Harness {
-		return electortest.Harness{
-			NewClient: func(t *testing.T) elector.Backend { return newBackend(t, Config{DSN: server.DSN()}) },
-			TTL:       2 * time.Second,
-			Advance:   time.Sleep,
-			Election:  func() string { return fmt.Sprintf("conformance-%d", n.Add(1)) },
-		}
-	})
+	for _, tc := range []struct {
+		name string
+		dsn  func(t *testing.T) string
+		cfg  Config
+	}{
+		{"listen", func(*testing.T) string { return server.DSN() }, Config{}},
+		{"disable_listen", func(*testing.T) string { return server.DSN() }, Config{DisableListen: true}},
+		{"pgbouncer", func(t *testing.T) string { return pgtest.StartPgBouncer(t, server).DSN() }, Config{DisableListen: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.DSN = tc.dsn(t)
+			electortest.Run(t, func(t *testing.T) electortest.Harness {
+				return electortest.Harness{
+					NewClient: func(t *testing.T) elector.Backend { return newBackend(t, cfg) },
+					TTL:       2 * time.Second,
+					Advance:   time.Sleep,
+					Election:  func() string { return fmt.Sprintf("conformance-%d", n.Add(1)) },
+					NamesPrev: true,
+				}
+			})
+		})
+	}
 }
 
 func newBackend(t testing.TB, cfg Config) *Backend {
@@ -36,4 +53,18 @@ func newBackend(t testing.TB, cfg Config) *Backend {
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
+}
+
+// win grants a lease of ttl on b and wins election with value under it.
+func win(t *testing.T, ctx context.Context, b *Backend, election, value string, ttl time.Duration) (elector.LeaseID, elector.Observation) {
+	t.Helper()
+	lease, _, err := b.Grant(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := b.Campaign(ctx, election, []byte(value), lease)
+	if err != nil || o.Holder == nil || o.Holder.Lease != lease {
+		t.Fatalf("campaign: %+v, %v", o, err)
+	}
+	return lease, o
 }

@@ -57,9 +57,17 @@ type Backend struct {
 	schemaMu   sync.Mutex
 	schemaDone bool
 
-	// last holds the newest observation reported for each election (see Watch).
+	// last holds the latest states reported for each election (see Watch).
 	lastMu sync.Mutex
-	last   map[string]elector.Observation
+	last   map[string][]reported
+
+	// wrote is the value this backend last wrote to each election's key (see Update).
+	wroteMu sync.Mutex
+	wrote   map[string]wrote
+
+	// seen is what this backend was answered, to tell a store gone back in time (see
+	// fence.go).
+	seen seen
 
 	listener *listener
 
@@ -101,7 +109,8 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgbackend: %s: %w", Redact(cfg.DSN), err)
 	}
-	b := &Backend{cfg: cfg, names: newNames(cfg.TablePrefix), pool: pool, last: make(map[string]elector.Observation)}
+	b := &Backend{cfg: cfg, names: newNames(cfg.TablePrefix), pool: pool, last: make(map[string][]reported),
+		wrote: make(map[string]wrote), seen: seen{terms: make(map[string]int64)}}
 	b.poll.Store(int64(cfg.PollInterval))
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.listener = newListener(b, pcfg.ConnConfig)

@@ -19,15 +19,18 @@ var prefixPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // names are the store's SQL object names for one prefix. Prefix is checked against
 // prefixPattern, so the names can be put into statements as they are.
 type names struct {
-	seq, next, leases, elections, intents, candidates, acks, history, notify, channel string
+	seq, next, fenced, prev, leases, elections, vacated, intents, candidates, acks, history, notify, channel string
 }
 
 func newNames(prefix string) names {
 	return names{
 		seq:        prefix + "seq",
 		next:       prefix + "next",
+		fenced:     prefix + "fenced",
+		prev:       prefix + "prev",
 		leases:     prefix + "leases",
 		elections:  prefix + "elections",
+		vacated:    prefix + "vacated",
 		intents:    prefix + "intents",
 		candidates: prefix + "candidates",
 		acks:       prefix + "released",
@@ -56,6 +59,8 @@ func Schema(prefix string) (string, error) {
 //     writes (asynchronous replication) may hand out sequence values the old primary
 //     already used, but it runs on a new, higher timeline, so its values are higher than
 //     any of the old primary's. 40 bits of sequence is a trillion values per timeline.
+//     The two are added, not or'ed, so that the sequence may be moved past 40 bits when
+//     the timeline went back (see fenceSchema).
 //   - expires_at lives on the lease, shared by all the elections and announcements of one
 //     instance: one renewal per instance per ttl/3, however many elections, as with etcd.
 //     It is set from the server's clock_timestamp() only.
@@ -65,6 +70,11 @@ func Schema(prefix string) (string, error) {
 //     revokes its lease right after letting go, and its successor must still find them;
 //     they carry an expires_at of their own (the holder's TTL) and are deleted when read.
 //   - The history of terms is bound to no lease: it outlives every instance.
+//   - <prefix>vacated keeps, per election, the key as it was when its row was last deleted
+//     (by triggers, so an operator's DELETE or TRUNCATE and a lease's cascade count too).
+//     It also names the term before a new one (Observation.Prev). A watch
+//     reads the key, not its history: without it a heartbeat followed at once by a delete
+//     would reach a watch that read before both as a bare vacancy (see Watch).
 //   - The triggers NOTIFY listeners of every change of an election or intent row,
 //     whoever makes it (an operator's UPDATE or DELETE too).
 func schema(n names) string {
@@ -72,7 +82,7 @@ func schema(n names) string {
 CREATE SEQUENCE IF NOT EXISTS %[1]s;
 CREATE OR REPLACE FUNCTION %[2]s() RETURNS bigint LANGUAGE sql VOLATILE AS $f$
 	SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint << 40)
-		| nextval('%[1]s')
+		+ nextval('%[1]s')
 $f$;
 CREATE TABLE IF NOT EXISTS %[3]s (
 	id bigint PRIMARY KEY,
@@ -125,6 +135,32 @@ END
 $f$;
 CREATE OR REPLACE TRIGGER %[4]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[4]s
 	FOR EACH ROW EXECUTE FUNCTION %[8]s();
+CREATE TABLE IF NOT EXISTS %[12]s (
+	name text PRIMARY KEY,
+	value bytea NOT NULL,
+	lease bigint NOT NULL,
+	token bigint NOT NULL,
+	rev bigint NOT NULL
+);
+CREATE OR REPLACE FUNCTION %[8]s_vacated() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	INSERT INTO %[12]s (name, value, lease, token, rev)
+	VALUES (OLD.name, OLD.value, OLD.lease, OLD.token, OLD.rev)
+	ON CONFLICT (name) DO UPDATE
+		SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev;
+	RETURN NULL;
+END
+$f$;
+CREATE OR REPLACE TRIGGER %[4]s_vacated AFTER DELETE ON %[4]s
+	FOR EACH ROW EXECUTE FUNCTION %[8]s_vacated();
+CREATE OR REPLACE FUNCTION %[8]s_truncated() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	DELETE FROM %[4]s; -- row by row, so that the rows are kept and watchers told
+	RETURN NULL;
+END
+$f$;
+CREATE OR REPLACE TRIGGER %[4]s_truncated BEFORE TRUNCATE ON %[4]s
+	FOR EACH STATEMENT EXECUTE FUNCTION %[8]s_truncated();
 CREATE OR REPLACE FUNCTION %[8]s_intent() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	IF TG_OP = 'DELETE' THEN
@@ -137,7 +173,8 @@ END
 $f$;
 CREATE OR REPLACE TRIGGER %[5]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[5]s
 	FOR EACH ROW EXECUTE FUNCTION %[8]s_intent();
-`, n.seq, n.next, n.leases, n.elections, n.intents, n.candidates, n.acks, n.notify, n.channel, "name", n.history)
+`, n.seq, n.next, n.leases, n.elections, n.intents, n.candidates, n.acks, n.notify, n.channel, "name", n.history, n.vacated) +
+		fenceSchema(n)
 }
 
 // createSchema runs the DDL. Candidates that start together race to create the same

@@ -27,14 +27,18 @@ func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID
 		return 0, 0, err
 	}
 	ms := int64(math.Ceil(float64(ttl) / float64(time.Millisecond)))
+	m := b.mark("")
 	var id, granted int64
 	err := b.pool.QueryRow(ctx, fmt.Sprintf(`
 WITH gc AS (DELETE FROM %[1]s WHERE expires_at <= clock_timestamp())
 INSERT INTO %[1]s (id, ttl_ms, expires_at)
-VALUES (%[2]s(), $1::bigint, clock_timestamp() + $1::bigint * interval '1 millisecond')
-RETURNING id, ttl_ms`, b.names.leases, b.names.next), ms).Scan(&id, &granted)
+VALUES (%[2]s($2), $1::bigint, clock_timestamp() + $1::bigint * interval '1 millisecond')
+RETURNING id, ttl_ms`, b.names.leases, b.names.fenced), ms, b.floor()).Scan(&id, &granted)
 	if err != nil {
 		return 0, 0, b.describe(err)
+	}
+	if err := b.granted(m, id); err != nil {
+		return 0, 0, err
 	}
 	g := time.Duration(granted) * time.Millisecond
 	if p := g / 3; p > 0 && p < time.Duration(b.poll.Load()) {
@@ -47,6 +51,9 @@ RETURNING id, ttl_ms`, b.names.leases, b.names.next), ms).Scan(&id, &granted)
 // even if no one has deleted its row yet: it is gone.
 func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration, error) {
 	if err := b.ready(ctx); err != nil {
+		return 0, err
+	}
+	if err := b.owedRewind(); err != nil {
 		return 0, err
 	}
 	var ms int64
@@ -89,24 +96,42 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		return elector.Observation{}, err
 	}
 	for attempt := 0; ; attempt++ {
-		var token int64
+		m := b.mark(election)
+		var (
+			token, prev  int64
+			prevReleased bool
+		)
+		// A key inserted anew follows the term last deleted (read after the insert, see
+		// fenceSchema); one taken over from an expired lease follows the term that held it.
 		err := b.pool.QueryRow(ctx, fmt.Sprintf(`
-WITH cur AS (SELECT lease FROM %[1]s WHERE name = $1),
+WITH cur AS (SELECT lease, token FROM %[1]s WHERE name = $1),
 dead AS (
 	DELETE FROM %[2]s WHERE id IN (SELECT lease FROM cur) AND expires_at <= clock_timestamp()
 	RETURNING id
 ),
-tok AS (SELECT %[3]s() AS v FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp())
-INSERT INTO %[1]s AS e (name, value, lease, token, rev)
-SELECT $1, $2, $3, v, v FROM tok
-ON CONFLICT (name) DO UPDATE
-	SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev
-	WHERE e.lease IN (SELECT id FROM dead)
-RETURNING token`, b.names.elections, b.names.leases, b.names.next), election, value, int64(lease)).Scan(&token)
+tok AS (SELECT %[3]s($4) AS v FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp()),
+won AS (
+	INSERT INTO %[1]s AS e (name, value, lease, token, rev)
+	SELECT $1, $2, $3, v, v FROM tok
+	ON CONFLICT (name) DO UPDATE
+		SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev
+		WHERE e.lease IN (SELECT id FROM dead)
+	RETURNING token, COALESCE(CASE WHEN e.xmax = 0 THEN %[4]s($1) ELSE (SELECT token FROM cur) END, 0) AS prev
+)
+SELECT token, prev, EXISTS (SELECT 1 FROM %[5]s a
+	WHERE a.election = $1 AND a.token = won.prev AND a.expires_at > clock_timestamp())
+FROM won`,
+			b.names.elections, b.names.leases, b.names.fenced, b.names.prev, b.names.acks),
+			election, value, int64(lease), b.floor()).Scan(&token, &prev, &prevReleased)
 		switch {
 		case err == nil:
-			o := elector.Observation{Revision: token, Holder: &elector.Holder{Value: value, Lease: lease, Token: token}}
-			b.remember(election, o)
+			h := &elector.Holder{Value: value, Lease: lease, Token: token}
+			if err := b.checkFence(m, election, token, h); err != nil {
+				return elector.Observation{}, err
+			}
+			o := elector.Observation{Revision: token, Holder: h, Prev: prev, PrevReleased: prev != 0 && prevReleased}
+			b.remember(election, reported{o, token})
+			b.noteWritten(election, token, value)
 			return o, nil
 		case isForeignKeyViolation(err):
 			return elector.Observation{}, elector.ErrLeaseNotFound // revoked meanwhile
@@ -123,7 +148,7 @@ RETURNING token`, b.names.elections, b.names.leases, b.names.next), election, va
 		// Vacant again already (released between the two statements): try once more,
 		// rather than report a vacancy that nobody would campaign for.
 		if r.obs.Holder != nil || attempt == 2 {
-			b.remember(election, r.obs)
+			b.remember(election, reported{r.obs, r.rowRev})
 			return r.obs, nil
 		}
 	}
@@ -139,7 +164,7 @@ func (b *Backend) Observe(ctx context.Context, election string) (elector.Observa
 	if err != nil {
 		return elector.Observation{}, err
 	}
-	b.remember(election, r.obs)
+	b.remember(election, reported{r.obs, r.rowRev})
 	return r.obs, nil
 }
 
@@ -151,61 +176,72 @@ type reading struct {
 	remaining time.Duration
 	// leaseAlive says whether the lease asked about is alive.
 	leaseAlive bool
-	// rowRev is the revision of the key's last write (0 when vacant): an Update that
-	// rewrites the same value still changes it.
+	// rowRev is the revision of the key's last write: the held row's, or, when vacant,
+	// that of the last write before the key went (0 if unknown). An Update that rewrites
+	// the same value still changes it.
 	rowRev int64
+	// last is, when vacant, the key as its last write left it: the row whose lease
+	// expired, or the one the vacated trigger saved when the row was deleted; nil if
+	// unknown. lastAt is a revision below obs.Revision at which a watch can report last
+	// before the vacancy (see Watch).
+	last   *elector.Holder
+	lastAt int64
 }
 
 // read reads the key and (if lease is not 0) whether lease is alive, in one statement. Its
 // revision comes from the sequence, so each read's is higher than any revision before it.
 func (b *Backend) read(ctx context.Context, election string, lease elector.LeaseID) (reading, error) {
+	m := b.mark(election)
 	var (
-		rev          int64
-		value        []byte
-		holder, tok  *int64
-		rowRev       *int64
-		remainingSec *float64
-		alive        bool
+		rev                  int64
+		value, lastValue     []byte
+		holder, tok, rowRev  *int64
+		lastLease, lastToken *int64
+		lastRev, vacantRev   *int64
+		remainingSec         *float64
+		live, alive          bool
 	)
 	err := b.pool.QueryRow(ctx, fmt.Sprintf(`
-SELECT %[3]s(), e.value, e.lease, e.token, e.rev,
+SELECT %[3]s(), e.value, e.lease, e.token, e.rev, l.id IS NOT NULL,
 	extract(epoch FROM l.expires_at - clock_timestamp())::float8,
-	EXISTS (SELECT 1 FROM %[2]s WHERE id = $2 AND expires_at > clock_timestamp())
+	EXISTS (SELECT 1 FROM %[2]s WHERE id = $2 AND expires_at > clock_timestamp()),
+	v.value, v.lease, v.token, v.rev,
+	CASE WHEN l.id IS NULL THEN %[3]s() END
 FROM (VALUES (1)) AS one (x)
-LEFT JOIN (%[1]s e JOIN %[2]s l ON l.id = e.lease AND l.expires_at > clock_timestamp()) ON e.name = $1`,
-		b.names.elections, b.names.leases, b.names.next), election, int64(lease)).
-		Scan(&rev, &value, &holder, &tok, &rowRev, &remainingSec, &alive)
+LEFT JOIN %[1]s e ON e.name = $1
+LEFT JOIN %[2]s l ON l.id = e.lease AND l.expires_at > clock_timestamp()
+LEFT JOIN %[4]s v ON v.name = $1 AND e.name IS NULL`,
+		b.names.elections, b.names.leases, b.names.next, b.names.vacated), election, int64(lease)).
+		Scan(&rev, &value, &holder, &tok, &rowRev, &live, &remainingSec, &alive,
+			&lastValue, &lastLease, &lastToken, &lastRev, &vacantRev)
 	if err != nil {
 		return reading{}, b.describe(err)
 	}
 	r := reading{obs: elector.Observation{Revision: rev}, leaseAlive: alive}
-	if holder != nil {
+	switch {
+	case holder != nil && live:
 		r.obs.Holder = &elector.Holder{Value: value, Lease: elector.LeaseID(*holder), Token: *tok}
 		r.remaining = time.Duration(max(0, *remainingSec) * float64(time.Second))
 		r.rowRev = *rowRev
+		return r, b.checkFence(m, election, rev, r.obs.Holder)
+	case holder != nil: // the row is still there, its lease expired
+		r.last = &elector.Holder{Value: value, Lease: elector.LeaseID(*holder), Token: *tok}
+		r.rowRev = *rowRev
+	case lastLease != nil: // the row was deleted
+		r.last = &elector.Holder{Value: lastValue, Lease: elector.LeaseID(*lastLease), Token: *lastToken}
+		r.rowRev = *lastRev
 	}
-	return r, nil
-}
-
-// Update implements elector.Backend: only while the key is still term token's and its
-// lease alive.
-func (b *Backend) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return false, err
-	}
-	tag, err := b.pool.Exec(ctx, fmt.Sprintf(`
-UPDATE %[1]s SET value = $3, rev = %[3]s()
-WHERE name = $1 AND token = $2
-	AND lease IN (SELECT id FROM %[2]s WHERE expires_at > clock_timestamp())`,
-		b.names.elections, b.names.leases, b.names.next), election, token, value)
-	if err != nil {
-		return false, b.describe(err)
-	}
-	return tag.RowsAffected() == 1, nil
+	// Both revisions come from one statement; which of the two the server computed
+	// first does not matter, only that the vacancy gets the higher.
+	r.lastAt, r.obs.Revision = min(rev, *vacantRev), max(rev, *vacantRev)
+	return r, b.checkFence(m, election, r.lastAt, nil)
 }
 
 // Release implements elector.Backend: one statement deletes the key if it is still term
 // token's and records the acknowledgement.
+//
+// The acknowledgement is written whether or not the key was still this term's (see
+// elector.Backend.Release); the data-modifying CTE runs either way.
 func (b *Backend) Release(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
 	if err := b.ready(ctx); err != nil {
 		return err
@@ -214,10 +250,23 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 WITH d AS (DELETE FROM %[1]s WHERE name = $1 AND token = $2 RETURNING lease),
 gc AS (DELETE FROM %[3]s WHERE expires_at <= clock_timestamp())
 INSERT INTO %[3]s (election, token, expires_at)
-SELECT $1, $2, clock_timestamp() + COALESCE(l.ttl_ms, %[4]d) * interval '1 millisecond'
-FROM d LEFT JOIN %[2]s l ON l.id = $3
+SELECT $1, $2, clock_timestamp() + COALESCE((SELECT ttl_ms FROM %[2]s WHERE id = $3), %[4]d) * interval '1 millisecond'
 ON CONFLICT DO NOTHING`, b.names.elections, b.names.leases, b.names.acks, defaultAckTTL.Milliseconds()), election, token, int64(lease))
 	return b.describe(err)
+}
+
+// Expire implements elector.Backend: every write of the key gives it a new rev, and every
+// observation's revision is at least that of the writes it saw.
+func (b *Backend) Expire(ctx context.Context, election string, token, rev int64) (bool, error) {
+	if err := b.ready(ctx); err != nil {
+		return false, err
+	}
+	tag, err := b.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE name = $1 AND token = $2 AND rev <= $3`,
+		b.names.elections), election, token, rev)
+	if err != nil {
+		return false, b.describe(err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // defaultAckTTL is how long an acknowledgement lives when its holder's lease is already

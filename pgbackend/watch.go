@@ -17,35 +17,59 @@ import (
 //     reconnects and never come through a pooler in transaction mode.
 //
 // Changes that follow each other faster than a read can thus be reported as the last of
-// them; Backend's contract allows that.
+// them; Backend's contract allows that, except for the last write before a vacancy. A
+// follower counts a vanished holder's deadline from the last write it saw through the
+// watch; a heartbeat written just before an operator's DELETE, both between two reads,
+// would leave it counting from an older one while the holder still admits. So a read
+// that finds the key vacant also finds the key as it was last written (the row whose
+// lease expired, or what the vacated trigger saved), and when that write is not the one
+// last reported, the watch reports it first, then the vacancy. When even that is unknown
+// (the row went by TRUNCATE, say), it reports the holder it last reported once more: the
+// follower then counts from the read that found the key gone, which is later than any
+// write before it.
 
-// remember notes o as the newest observation of election that this backend reported.
-func (b *Backend) remember(election string, o elector.Observation) {
-	b.lastMu.Lock()
-	defer b.lastMu.Unlock()
-	if cur, ok := b.last[election]; !ok || o.Revision >= cur.Revision {
-		b.last[election] = o
-	}
+// reported is a state a watch, a campaign or a read of this backend reported, with the
+// revision of the key's last write it reflects (reading.rowRev).
+type reported struct {
+	obs    elector.Observation
+	rowRev int64
 }
 
-// baseline returns the state the caller saw at afterRev, if this backend reported it.
-func (b *Backend) baseline(election string, afterRev int64) (elector.Observation, bool) {
+// recentReports is how many reported states per election remember keeps, so that a watch
+// started from any of them (two elections of one name during a reload, each watching)
+// knows what its caller saw.
+const recentReports = 8
+
+// remember notes s as reported for election.
+func (b *Backend) remember(election string, s reported) {
 	b.lastMu.Lock()
 	defer b.lastMu.Unlock()
-	o, ok := b.last[election]
-	return o, ok && o.Revision == afterRev
+	recent := append(b.last[election], s)
+	if len(recent) > recentReports {
+		recent = recent[len(recent)-recentReports:]
+	}
+	b.last[election] = recent
+}
+
+// baseline returns the state this backend reported at afterRev, if it did.
+func (b *Backend) baseline(election string, afterRev int64) (reported, bool) {
+	b.lastMu.Lock()
+	defer b.lastMu.Unlock()
+	for _, s := range b.last[election] {
+		if s.obs.Revision == afterRev {
+			return s, true
+		}
+	}
+	return reported{}, false
 }
 
 // Watch implements elector.Backend. Without a baseline (afterRev is not a revision this
-// backend reported for the election, say another client's), a held key whose row was last
-// written at or before afterRev counts as already seen, and anything else is reported.
+// backend reported for the election, say another client's), a key whose row was last
+// written at or before afterRev counts as already seen in that state, and anything else is
+// reported.
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	out := make(chan elector.Observation, 1)
 	base, known := b.baseline(election, afterRev)
-	baseRev := int64(0)
-	if known && base.Holder != nil {
-		baseRev = -1 // the row's revision is not in an Observation: any read differs
-	}
 	b.follow(ctx, election, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
 		func(ctx context.Context) (time.Duration, bool) {
 			r, err := b.read(ctx, election, 0)
@@ -55,20 +79,48 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 				}
 				return 0, false
 			}
-			if !known && r.obs.Holder != nil && r.rowRev <= afterRev {
+			switch {
+			case known:
+			case r.obs.Holder != nil && r.rowRev <= afterRev:
 				// Not written since afterRev: the caller saw this state already.
-				base, baseRev, known = r.obs, r.rowRev, true
+				base, known = reported{r.obs, r.rowRev}, true
+			case r.last != nil && r.rowRev <= afterRev:
+				// Last written before afterRev: the caller saw that write.
+				base, known = reported{elector.Observation{Revision: afterRev, Holder: r.last}, r.rowRev}, true
 			}
-			if !known || changed(base, baseRev, r) {
-				if !send(ctx, out, r.obs) {
+			for _, s := range news(base, known, r) {
+				if !send(ctx, out, s.obs) {
 					return 0, false
 				}
-				b.remember(election, r.obs)
-				base, baseRev, known = r.obs, r.rowRev, true
+				b.remember(election, s)
+				base, known = s, true
 			}
 			return r.remaining, true
 		}, func() { close(out) })
 	return out
+}
+
+// news is what a watch that last reported base (if known) reports of read r, in order.
+func news(base reported, known bool, r reading) []reported {
+	now := reported{r.obs, r.rowRev}
+	h, was := r.obs.Holder, base.obs.Holder
+	switch {
+	case h != nil:
+		if known && was != nil && h.Token == was.Token && h.Lease == was.Lease && r.rowRev == base.rowRev {
+			return nil
+		}
+		return []reported{now}
+	case known && was == nil && r.rowRev == base.rowRev:
+		return nil // vacant still, after the same last write
+	case known && was != nil && r.last != nil && r.last.Token == was.Token && r.rowRev == base.rowRev:
+		return []reported{now} // its last write was reported
+	case r.last != nil:
+		return []reported{{elector.Observation{Revision: r.lastAt, Holder: r.last}, r.rowRev}, now}
+	case known && was != nil:
+		return []reported{{elector.Observation{Revision: r.lastAt, Holder: was}, base.rowRev}, now}
+	default:
+		return []reported{now}
+	}
 }
 
 // follow looks at an election's rows in a goroutine of the backend: once at the start,
@@ -99,23 +151,6 @@ func (b *Backend) follow(ctx context.Context, election string, broken func(error
 			}
 		}
 	}()
-}
-
-// changed reports whether r differs from the state last reported (base, whose row revision
-// is baseRev, or -1 if unknown).
-func changed(base elector.Observation, baseRev int64, r reading) bool {
-	h := r.obs.Holder
-	switch {
-	case base.Holder == nil || h == nil:
-		return (base.Holder == nil) != (h == nil)
-	case baseRev == -1:
-		// Known only from Campaign or Observe, which do not tell the row's revision: an
-		// Update since (a heartbeat rewrites the same value) cannot be told from no change,
-		// so the read is reported, and the watch has a row revision to compare from then on.
-		return true
-	default:
-		return h.Token != base.Holder.Token || h.Lease != base.Holder.Lease || r.rowRev != baseRev
-	}
 }
 
 // sleep waits for a notification, the poll interval, or (if expiry > 0) a little past the

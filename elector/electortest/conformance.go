@@ -28,6 +28,10 @@ type Harness struct {
 	// Election returns an election name that no other subtest uses (subtests may share one
 	// server).
 	Election func() string
+	// NamesPrev says that the store reports, on a won campaign, the token of the term
+	// before (elector.Observation.Prev); the suite then requires it to be exact, where it
+	// otherwise also accepts 0.
+	NamesPrev bool
 }
 
 // reportWithin bounds every wait for a watch to report: a store that never reports fails
@@ -51,6 +55,9 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"tokens_strictly_increase", tokensIncrease},
 		{"release_hands_over_without_waiting_for_the_ttl", releaseHandsOver},
 		{"release_by_a_deposed_holder_spares_the_successor", staleRelease},
+		{"release_acknowledges_even_when_the_key_is_gone", releaseAcknowledgesGoneKey},
+		{"campaign_names_the_previous_term", campaignNamesPrev},
+		{"expire_only_a_key_unwritten_since", expireUnwritten},
 		{"revoked_lease_is_seen", revokedLease},
 		{"expired_lease_is_seen", expiredLease},
 		{"renew_keeps_the_lease", renewKeeps},
@@ -632,5 +639,97 @@ func candidates(t *testing.T, h *harness) {
 	}
 	if err := b.Announce(h.ctx(), h.election, "beta", []byte("beta-3"), lb); err == nil {
 		t.Fatal("Announce under a revoked lease succeeded")
+	}
+}
+
+// releaseAcknowledgesGoneKey: a Release whose key is gone already (a first try whose answer
+// was lost, or an operator's delete) still tells the successor that the term stopped.
+func releaseAcknowledgesGoneKey(t *testing.T, h *harness) {
+	a, la, _ := h.client()
+	b, lb, _ := h.client()
+	o := h.win(a, la, "a")
+	if err := a.Release(h.ctx(), h.election, o.Holder.Token, la); err != nil {
+		t.Fatal(err)
+	}
+	h.win(b, lb, "b")
+	if ok, err := b.Released(h.ctx(), h.election, o.Holder.Token, 0); err != nil || !ok {
+		t.Fatalf("Released after Release = %v, %v; want true", ok, err)
+	}
+	// The acknowledgement was consumed; releasing again acknowledges again, and spares
+	// b's key.
+	if err := a.Release(h.ctx(), h.election, o.Holder.Token, la); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.Released(h.ctx(), h.election, o.Holder.Token, 0); err != nil || !ok {
+		t.Fatalf("Released after a Release of a key already gone = %v, %v; want true", ok, err)
+	}
+	if got := h.observe(b); got.Holder == nil || string(got.Holder.Value) != "b" {
+		t.Fatalf("the successor's key was touched: %+v", got.Holder)
+	}
+}
+
+// campaignNamesPrev: a store that says which term came before a new one (Observation.Prev)
+// names the newest term before it, however that term ended; one that does not say
+// reports 0. A losing campaign names nothing.
+func campaignNamesPrev(t *testing.T, h *harness) {
+	a, la, _ := h.client()
+	b, lb, _ := h.client()
+	check := func(o elector.Observation, want int64, after string) {
+		t.Helper()
+		if (h.NamesPrev || o.Prev != 0) && o.Prev != want {
+			t.Fatalf("after %s: Prev = %d, want %d (or 0 from a store that does not say)", after, o.Prev, want)
+		}
+	}
+	first := h.win(a, la, "a")
+	if first.Prev != 0 {
+		t.Fatalf("the first term of a new election: Prev = %d, want 0", first.Prev)
+	}
+	if lost, err := b.Campaign(h.ctx(), h.election, []byte("b"), lb); err != nil || lost.Prev != 0 {
+		t.Fatalf("a losing campaign: Prev = %d, %v; want 0", lost.Prev, err)
+	}
+	if err := a.Release(h.ctx(), h.election, first.Holder.Token, la); err != nil {
+		t.Fatal(err)
+	}
+	second := h.win(b, lb, "b")
+	check(second, first.Holder.Token, "a release")
+	if err := b.Revoke(h.ctx(), lb); err != nil {
+		t.Fatal(err)
+	}
+	third := h.win(a, la, "a")
+	check(third, second.Holder.Token, "a revoke")
+	// PrevReleased may stay false, but must not claim an acknowledgement that a revoke
+	// never wrote.
+	if third.PrevReleased {
+		t.Fatal("after a revoke: PrevReleased is set, but the revoked term never acknowledged its end")
+	}
+	if second.PrevReleased && second.Prev != first.Holder.Token {
+		t.Fatalf("PrevReleased set for Prev %d, not the released term %d", second.Prev, first.Holder.Token)
+	}
+}
+
+// expireUnwritten: Expire deletes the key only if it is still the term's and nobody wrote it
+// after the revision the caller saw it at.
+func expireUnwritten(t *testing.T, h *harness) {
+	a, la, _ := h.client()
+	b, _, _ := h.client()
+	won := h.win(a, la, "a")
+	if ok, err := a.Update(h.ctx(), h.election, won.Holder.Token, []byte("a, a heartbeat later")); err != nil || !ok {
+		t.Fatalf("Update: %v %v", ok, err)
+	}
+	if ok, err := b.Expire(h.ctx(), h.election, won.Holder.Token, won.Revision); err != nil || ok {
+		t.Fatalf("Expire as of a revision before the last write = %v, %v; want false", ok, err)
+	}
+	seen := h.observe(b)
+	if ok, err := b.Expire(h.ctx(), h.election, won.Holder.Token+1, seen.Revision); err != nil || ok {
+		t.Fatalf("Expire of another token = %v, %v; want false", ok, err)
+	}
+	if got := h.observe(b); got.Holder == nil || got.Holder.Token != won.Holder.Token {
+		t.Fatalf("a refused Expire touched the key: %+v", got.Holder)
+	}
+	if ok, err := b.Expire(h.ctx(), h.election, won.Holder.Token, seen.Revision); err != nil || !ok {
+		t.Fatalf("Expire as of the last write = %v, %v; want true", ok, err)
+	}
+	if got := h.observe(b); got.Holder != nil {
+		t.Fatalf("the key is still held after Expire: %+v", got.Holder)
 	}
 }

@@ -3,6 +3,7 @@ package electortest_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,11 @@ const (
 var clients = map[*electortest.Fleet][]*electortest.Client{}
 
 func fakeFleet(t *testing.T, n int) (*electortest.Fleet, *electortest.Store) {
+	return meshedFleet(t, n, nil)
+}
+
+// meshedFleet is fakeFleet whose candidates run with failsafe mode over mesh (none if nil).
+func meshedFleet(t *testing.T, n int, mesh *electortest.Mesh) (*electortest.Fleet, *electortest.Store) {
 	s := electortest.NewStore()
 	var cs []*electortest.Client
 	f := electortest.StartFleet(t, electortest.FleetOptions{
@@ -34,7 +40,8 @@ func fakeFleet(t *testing.T, n int) (*electortest.Fleet, *electortest.Store) {
 			cs = append(cs, c)
 			return c
 		},
-		Now: s.Now,
+		Now:  s.Now,
+		Mesh: mesh,
 	})
 	clients[f] = cs
 	// Cleanup runs last-in first-out: the store comes back before the candidates close.
@@ -45,7 +52,16 @@ func fakeFleet(t *testing.T, n int) (*electortest.Fleet, *electortest.Store) {
 		}
 		delete(clients, f)
 	})
+	coldStart(t, f, s)
 	return f, s
+}
+
+// coldStart runs s's clock at about real speed until f has a leader: the first winner of
+// an election cannot prove that no term it never saw still admits, and waits a ttl.
+func coldStart(t *testing.T, f *electortest.Fleet, s *electortest.Store) {
+	stop := keepTime(t, s)
+	defer stop()
+	f.Leader(within)
 }
 
 // client is member m's connection to the store.
@@ -69,11 +85,14 @@ func observe(t *testing.T, s *electortest.Store) elector.Observation {
 	return o
 }
 
-// keepTime advances s's clock by ttl/200 every 10ms until the test ends.
-func keepTime(t *testing.T, s *electortest.Store) {
+// keepTime advances s's clock by ttl/200 every 10ms until the test ends, or until the
+// function it returns is called.
+func keepTime(t *testing.T, s *electortest.Store) (stopNow func()) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	t.Cleanup(func() { close(stop); <-done })
+	var once sync.Once
+	stopNow = func() { once.Do(func() { close(stop); <-done }) }
+	t.Cleanup(stopNow)
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -87,6 +106,7 @@ func keepTime(t *testing.T, s *electortest.Store) {
 			}
 		}
 	}()
+	return stopNow
 }
 
 func TestElectionOnFakeStore(t *testing.T) {

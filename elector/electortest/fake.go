@@ -31,6 +31,7 @@ type Store struct {
 	cands     map[string]map[string]candidate // election -> id -> entry
 	acks      map[string]map[int64]time.Time  // election -> token -> when it expires
 	terms     map[string][][]byte             // election -> ended terms, oldest first
+	lastTerm  map[string]int64                // election -> token of its newest term
 	down      error
 	changed   chan struct{} // closed and replaced on every write
 }
@@ -39,6 +40,7 @@ type key struct {
 	value []byte
 	lease elector.LeaseID
 	token int64
+	rev   int64 // the revision of its last write
 }
 
 type leaseState struct {
@@ -63,6 +65,7 @@ func NewStore() *Store {
 		cands:     make(map[string]map[string]candidate),
 		acks:      make(map[string]map[int64]time.Time),
 		terms:     make(map[string][][]byte),
+		lastTerm:  make(map[string]int64),
 		changed:   make(chan struct{}),
 	}
 }
@@ -117,6 +120,9 @@ func (s *Store) wakeLocked() {
 
 func (s *Store) writeLocked(election string, h *elector.Holder) {
 	s.rev++
+	if k, ok := s.keys[election]; ok && h != nil {
+		k.rev = s.rev
+	}
 	s.history[election] = append(s.history[election], elector.Observation{Revision: s.rev, Holder: h})
 	s.wakeLocked()
 }
@@ -205,6 +211,54 @@ type Client struct {
 	mu     sync.Mutex
 	closed bool
 	down   error
+	fail   map[string]opFailure // method name -> how its calls fail
+}
+
+// opFailure makes the next n calls of one method fail with err (every call while n < 0).
+type opFailure struct {
+	n   int
+	err error
+}
+
+// Fail makes the next n calls of method op (its name, such as "Release" or "Update") fail
+// with err, without reaching the store, while every other request works: a request lost on
+// its way, or a store that refuses one kind of write (a full disk refuses writes, not lease
+// renewals). n < 0 fails every call until Fail(op, 0, nil).
+func (c *Client) Fail(op string, n int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail == nil {
+		c.fail = make(map[string]opFailure)
+	}
+	c.fail[op] = opFailure{n: n, err: err}
+}
+
+// failing reports the error the next call of op fails with, if it does.
+func (c *Client) failing(op string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.fail[op]
+	if !ok || f.n == 0 {
+		return nil
+	}
+	if f.n > 0 {
+		f.n--
+		c.fail[op] = f
+	}
+	return f.err
+}
+
+// Restore puts the election's key back as h, as a store failover that lost the writes
+// since h was written would. It fails if h's lease is gone.
+func (s *Store) Restore(election string, h elector.Holder) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, alive := s.leases[h.Lease]; !alive {
+		return elector.ErrLeaseNotFound
+	}
+	s.keys[election] = &key{value: clone(h.Value), lease: h.Lease, token: h.Token}
+	s.writeLocked(election, &elector.Holder{Value: clone(h.Value), Lease: h.Lease, Token: h.Token})
+	return nil
 }
 
 // SetDown makes every request of this client fail with err (this candidate cut off from the
@@ -283,6 +337,12 @@ func (c *Client) Campaign(ctx context.Context, election string, value []byte, le
 		k := &key{value: clone(value), lease: lease, token: c.s.rev + 1}
 		c.s.keys[election] = k
 		c.s.writeLocked(election, &elector.Holder{Value: clone(value), Lease: lease, Token: k.token})
+		o := c.s.observationLocked(election)
+		o.Prev, c.s.lastTerm[election] = c.s.lastTerm[election], k.token
+		if expires, ok := c.s.acks[election][o.Prev]; ok && c.s.now.Before(expires) {
+			o.PrevReleased = true
+		}
+		return o, nil
 	}
 	return c.s.observationLocked(election), nil
 }
@@ -341,6 +401,9 @@ func (c *Client) Watch(ctx context.Context, election string, afterRev int64) <-c
 
 // Update implements elector.Backend.
 func (c *Client) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
+	if err := c.failing("Update"); err != nil {
+		return false, err
+	}
 	if err := c.lock(ctx); err != nil {
 		return false, err
 	}
@@ -399,14 +462,30 @@ func (c *Client) Released(ctx context.Context, election string, token int64, lea
 	return !alive, nil
 }
 
+// Expire implements elector.Backend.
+func (c *Client) Expire(ctx context.Context, election string, token, rev int64) (bool, error) {
+	if err := c.lock(ctx); err != nil {
+		return false, err
+	}
+	defer c.s.mu.Unlock()
+	if k, ok := c.s.keys[election]; !ok || k.token != token || k.rev > rev {
+		return false, nil
+	}
+	c.s.deleteLocked(election)
+	return true, nil
+}
+
 // Release implements elector.Backend.
 func (c *Client) Release(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+	if err := c.failing("Release"); err != nil {
+		return err
+	}
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
 	defer c.s.mu.Unlock()
+	c.s.ackLocked(election, token, lease)
 	if k, ok := c.s.keys[election]; ok && k.token == token {
-		c.s.ackLocked(election, token, lease)
 		c.s.deleteLocked(election)
 	}
 	return nil

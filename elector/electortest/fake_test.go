@@ -18,6 +18,7 @@ func TestFakeConformance(t *testing.T) {
 			TTL:       10 * time.Second,
 			Advance:   s.Advance,
 			Election:  func() string { return fmt.Sprintf("e%d", n.Add(1)) },
+			NamesPrev: true,
 		}
 	})
 }

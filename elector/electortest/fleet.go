@@ -24,6 +24,9 @@ type FleetOptions struct {
 	Backend func(t testing.TB, i int) elector.Backend
 	// Now, if set, is every candidate's clock (the fake store's Now).
 	Now func() time.Time
+	// Mesh, if set, connects the candidates' failsafe endpoints: every candidate runs
+	// with failsafe mode.
+	Mesh *Mesh
 }
 
 // Member is one candidate of a Fleet.
@@ -58,7 +61,7 @@ func StartFleet(t testing.TB, o FleetOptions) *Fleet {
 	f := &Fleet{t: t, stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range o.Size {
 		id := fmt.Sprintf("node-%d", i)
-		c, err := elector.NewCandidate(elector.Config{
+		cfg := elector.Config{
 			ID:           id,
 			URL:          "http://" + id + ".test:8080",
 			TTL:          o.TTL,
@@ -66,9 +69,16 @@ func StartFleet(t testing.TB, o FleetOptions) *Fleet {
 			Backend:      o.Backend(t, i),
 			Logger:       zaptest.NewLogger(t).Named(id),
 			Now:          o.Now,
-		})
+		}
+		if o.Mesh != nil {
+			cfg.Failsafe = &elector.FailsafeConfig{URL: MeshURL(id), Transport: o.Mesh.From(id)}
+		}
+		c, err := elector.NewCandidate(cfg)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if o.Mesh != nil {
+			o.Mesh.Add(id, c)
 		}
 		m := &Member{ID: id, Candidate: c, Election: c.Election(o.Election)}
 		c.Start()

@@ -49,11 +49,24 @@ type Config struct {
 	// leader_gate runs, X-Admitted-At when the proxy sends the admitted request on (both
 	// `{time.now}`, Go's time.Time format). A Variant is sent as X-Config-Variant.
 	Backend string
+	// FailsafePorts, where it has an entry for an instance's id, turns on the leader
+	// app's failsafe for that instance, listening on 127.0.0.1 at that port.
+	FailsafePorts map[string]int
+	// FailsafeURLs, where it has an entry for an instance's id, is the URL the others
+	// reach that instance's failsafe listener at (a fault proxy, say).
+	FailsafeURLs map[string]string
+	// HandlePath, when set (say `/api`), moves the gated route under that prefix as
+	// Caddy's handle_path does: `<HandlePath>/gated*` is matched and the prefix stripped
+	// before the gate, and `/gated*` alone is not routed at all.
+	HandlePath string
+	// AccessLog turns on the HTTP server's access log (into the instance's log), in which
+	// every request each instance handled can be counted, forwarded ones included.
+	AccessLog bool
 }
 
 // JSON renders c as the complete Caddy configuration of instance in:
 //
-//	/gated*  leader_gate, then 200 "<self> <token> <method> <variant>"
+//	/gated*  leader_gate, then 200 "<self> <token> <method> <variant>" (under HandlePath if set)
 //	/leader  200 "<self> <token>" where the leader matcher matches, else 503
 //	/health  200 while the instance is a healthy candidate (leader_candidate), else 503
 //	/whoami  200 "<self> <leader id> <token> <is_leader>" after the leader matcher ran
@@ -104,6 +117,7 @@ func (c Config) JSON(in *Instance) []byte {
 			"X-Served-By":     {"{http.leader.self}"},
 			"X-Fencing-Token": {"{http.leader.token}"},
 			"X-Admitted-At":   {"{time.now}"},
+			"X-Original-URI":  {"{http.request.orig_uri}"},
 		}
 		if c.Variant != "" {
 			set["X-Config-Variant"] = []string{c.Variant}
@@ -117,6 +131,11 @@ func (c Config) JSON(in *Instance) []byte {
 			"X-Gate-Entered": {"{time.now}"},
 		}}}
 		gatedRoute = route(path("/gated*"), entered, gate, gated)
+	}
+	if c.HandlePath != "" {
+		// What the Caddyfile's handle_path adapts to; the rewrite's route is not terminal.
+		strip := map[string]any{"handle": []any{map[string]any{"handler": "rewrite", "strip_path_prefix": c.HandlePath}}}
+		gatedRoute = route(path(c.HandlePath+"/gated*"), subroute(strip, gatedRoute))
 	}
 
 	leaderApp := map[string]any{
@@ -136,6 +155,37 @@ func (c Config) JSON(in *Instance) []byte {
 	if c.DrainTimeout != "" {
 		leaderApp["drain_timeout"] = c.DrainTimeout
 	}
+	if port, ok := c.FailsafePorts[in.ID]; ok {
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		url := "http://" + addr
+		if u, ok := c.FailsafeURLs[in.ID]; ok {
+			url = u
+		}
+		leaderApp["failsafe"] = map[string]any{"listen": addr, "url": url}
+	}
+	server := map[string]any{
+		"listen":          []string{fmt.Sprintf("127.0.0.1:%d", in.HTTPPort)},
+		"automatic_https": map[string]any{"disable": true},
+		"routes": []any{
+			gatedRoute,
+			route(path("/leader"), subroute(
+				route(leader, respond(200, "{http.leader.self} {http.leader.token}")),
+				route(nil, respond(503, "not the leader")),
+			)),
+			route(path("/health"), subroute(
+				route([]map[string]any{{"leader_candidate": map[string]any{}}}, respond(200, "healthy")),
+				route(nil, respond(503, "not a healthy candidate")),
+			)),
+			route(path("/whoami"), subroute(
+				route(leader, respond(200, whoami)),
+				route(nil, respond(200, whoami)),
+			)),
+			route(path("/plain"), respond(200, "plain")),
+		},
+	}
+	if c.AccessLog {
+		server["logs"] = map[string]any{}
+	}
 	cfg := map[string]any{
 		"admin": map[string]any{
 			"listen": fmt.Sprintf("127.0.0.1:%d", in.AdminPort),
@@ -147,28 +197,7 @@ func (c Config) JSON(in *Instance) []byte {
 			"leader": leaderApp,
 			"http": map[string]any{
 				"grace_period": "2s",
-				"servers": map[string]any{
-					"e2e": map[string]any{
-						"listen":          []string{fmt.Sprintf("127.0.0.1:%d", in.HTTPPort)},
-						"automatic_https": map[string]any{"disable": true},
-						"routes": []any{
-							gatedRoute,
-							route(path("/leader"), subroute(
-								route(leader, respond(200, "{http.leader.self} {http.leader.token}")),
-								route(nil, respond(503, "not the leader")),
-							)),
-							route(path("/health"), subroute(
-								route([]map[string]any{{"leader_candidate": map[string]any{}}}, respond(200, "healthy")),
-								route(nil, respond(503, "not a healthy candidate")),
-							)),
-							route(path("/whoami"), subroute(
-								route(leader, respond(200, whoami)),
-								route(nil, respond(200, whoami)),
-							)),
-							route(path("/plain"), respond(200, "plain")),
-						},
-					},
-				},
+				"servers":      map[string]any{"e2e": server},
 			},
 		},
 	}

@@ -24,8 +24,8 @@ type Served[M Target] struct {
 }
 
 // Poller sends GET /gated to every instance of a fleet in a tight loop, one goroutine per
-// instance, and records every 200. After an answer other than 200 or none it pauses 5ms,
-// so it sees a takeover up to about 5ms late.
+// instance, and records every 200. After an answer other than 200 or none it pauses 1ms,
+// so it sees a takeover up to about 1ms late.
 type Poller[M Target] struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -34,6 +34,7 @@ type Poller[M Target] struct {
 	served   []Served[M]
 	answered map[M]int     // answers of any status
 	failed   map[M]int     // requests without an answer
+	refused  map[M]int     // answers other than 200
 	notify   chan struct{} // closed and replaced on every 200
 }
 
@@ -44,6 +45,7 @@ func StartPoller[M Target](fleet []M) *Poller[M] {
 		cancel:   cancel,
 		answered: make(map[M]int),
 		failed:   make(map[M]int),
+		refused:  make(map[M]int),
 		notify:   make(chan struct{}),
 	}
 	for _, in := range fleet {
@@ -58,7 +60,7 @@ func StartPoller[M Target](fleet []M) *Poller[M] {
 					// A dead or frozen instance fails fast or times out; do not spin.
 					select {
 					case <-ctx.Done():
-					case <-time.After(5 * time.Millisecond):
+					case <-time.After(time.Millisecond):
 					}
 				}
 			}
@@ -79,6 +81,7 @@ func (p *Poller[M]) record(in M, sent time.Time, resp Response, err error) {
 	}
 	p.answered[in]++
 	if resp.Status != http.StatusOK {
+		p.refused[in]++
 		return
 	}
 	g, perr := ParseGated(resp.Body)
@@ -128,6 +131,13 @@ func (p *Poller[M]) Failed(in M) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.failed[in]
+}
+
+// Refused is how many requests to in were answered with another status than 200.
+func (p *Poller[M]) Refused(in M) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused[in]
 }
 
 // Answered is how many requests to in got an answer, of any status.

@@ -243,6 +243,16 @@ func (s *Server) stop(mode string) error {
 	return nil
 }
 
+// Log returns what the server has logged so far.
+func (s *Server) Log(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(s.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.Port) }
 

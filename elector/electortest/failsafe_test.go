@@ -1,0 +1,268 @@
+package electortest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/elector/electortest"
+)
+
+// Failsafe mode on the fake store: the store goes away (every request fails with an
+// unreachable error) while the candidates still reach each other over an in-memory mesh.
+// The fleet's watchdog fails every test in which two members admit at once.
+
+var errDown = fmt.Errorf("connection refused: %w", elector.ErrUnreachable)
+
+// rosterReady waits until leader leads a failsafe-ready term: its roster, listing all n
+// members, is confirmed in the store.
+func rosterReady(t *testing.T, f *electortest.Fleet, leader *electortest.Member, n int) {
+	t.Helper()
+	f.Await("a confirmed roster of every member", within, func() bool {
+		return len(leader.Election.Failsafe().Roster) == n
+	})
+}
+
+// leadsThroughout fails the test unless m leads at every sample for d (real time, which
+// keepTime turns into as much store time).
+func leadsThroughout(t *testing.T, m *electortest.Member, d time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if !m.Leading() {
+			t.Fatalf("%s stopped leading %s before the end: %s", m.ID, time.Until(end), m.Election.Term().Reason)
+		}
+	}
+}
+
+// aPeer is a member of f other than leader.
+func aPeer(f *electortest.Fleet, leader *electortest.Member) *electortest.Member {
+	for _, m := range f.Members {
+		if m != leader {
+			return m
+		}
+	}
+	return nil
+}
+
+// cutFromStore cuts every member of f off from the store; a candidate started later still
+// reaches it.
+func cutFromStore(f *electortest.Fleet) {
+	for _, m := range f.Members {
+		client(f, m).SetDown(errDown)
+	}
+}
+
+func TestFailsafeOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failsafe bool
+	}{
+		{name: "with_failsafe_the_leader_leads_throughout", failsafe: true},
+		{name: "without_failsafe_nobody_leads_after_a_ttl", failsafe: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mesh *electortest.Mesh
+			if tc.failsafe {
+				mesh = electortest.NewMesh()
+			}
+			f, s := meshedFleet(t, 3, mesh)
+			keepTime(t, s)
+			leader, token := f.Leader(within)
+			if tc.failsafe {
+				rosterReady(t, f, leader, 3)
+			}
+			s.SetDown(errDown)
+			if !tc.failsafe {
+				f.Await("every member stopping", 2*ttl, func() bool { return len(f.Leaders()) == 0 })
+				return
+			}
+			leadsThroughout(t, leader, 4*ttl)
+			if got := leader.Election.Term().Token; got != token {
+				t.Fatalf("token changed during the failsafe: %d, was %d", got, token)
+			}
+			st := leader.Election.Failsafe()
+			if !st.Active || st.Rounds < 6 || st.Refused != 0 {
+				t.Fatalf("failsafe status %+v: want active, about one round every ttl/3, none refused", st)
+			}
+			for _, m := range f.Members {
+				if m != leader && m.Election.Failsafe().Confirming != token {
+					t.Fatalf("%s does not keep term %d alive: %+v", m.ID, token, m.Election.Failsafe())
+				}
+			}
+			// The store is back, the lease long gone in it: a new term, a greater token.
+			s.SetDown(nil)
+			f.Await("a new term", 4*ttl, func() bool {
+				l := f.Leaders()
+				return len(l) == 1 && l[0].Election.Term().Token > token
+			})
+			f.Await("the failsafe ending", within, func() bool { return !leader.Election.Failsafe().Active })
+		})
+	}
+}
+
+// One peer that cannot be reached ends the admission at once, and nobody leads until the
+// store is back.
+func TestFailsafeRefusalStopsAdmission(t *testing.T) {
+	mesh := electortest.NewMesh()
+	f, s := meshedFleet(t, 3, mesh)
+	keepTime(t, s)
+	leader, token := f.Leader(within)
+	rosterReady(t, f, leader, 3)
+	s.SetDown(errDown)
+	leadsThroughout(t, leader, ttl)
+	peer := aPeer(f, leader)
+	mesh.Cut(leader.ID, peer.ID, true)
+	cut := time.Now()
+	// The next round (within ttl/3) is refused; a round takes up to ttl/4.
+	f.Await("the leader stopping", ttl, func() bool { return !leader.Leading() })
+	t.Logf("stopped admitting %s after the cut", time.Since(cut).Round(time.Millisecond))
+	// The cut peer's confirmation runs out; then the store comes back for it alone.
+	time.Sleep(ttl + ttl/2)
+	client(f, peer).SetDown(nil)
+	s.SetDown(nil)
+	for _, m := range f.Members {
+		if m != peer {
+			client(f, m).SetDown(errDown)
+		}
+	}
+	next, tok, _ := f.NewLeader(leader, token, 4*ttl)
+	if next != peer {
+		t.Fatalf("%s leads; only %s reaches the store", next.ID, peer.ID)
+	}
+	if leader.Leading() {
+		t.Fatalf("the old leader still leads beside term %d", tok)
+	}
+}
+
+// A peer that keeps a term alive does not campaign, even when the store is back for it and
+// the key is vacant.
+func TestFailsafePeerDoesNotCampaignWhileConfirming(t *testing.T) {
+	mesh := electortest.NewMesh()
+	f, s := meshedFleet(t, 3, mesh)
+	keepTime(t, s)
+	leader, token := f.Leader(within)
+	rosterReady(t, f, leader, 3)
+	cutFromStore(f)
+	// The leader's lease runs out in the store; one peer gets the store back.
+	time.Sleep(ttl + ttl/2)
+	peer := aPeer(f, leader)
+	client(f, peer).SetDown(nil)
+	leadsThroughout(t, leader, 3*ttl)
+	if peer.Election.Term().Holds() {
+		t.Fatalf("%s took the key while it kept term %d alive", peer.ID, token)
+	}
+}
+
+// A newcomer that is not in the roster wins the vacant key while the old leader rides out
+// the outage: it admits only after a roster member promised to confirm the old term no
+// more and that member's last confirmation ran out, and the old leader stops first.
+func TestFailsafeNewcomerWaitsForFence(t *testing.T) {
+	mesh := electortest.NewMesh()
+	f, s := meshedFleet(t, 2, mesh)
+	keepTime(t, s)
+	leader, token := f.Leader(within)
+	rosterReady(t, f, leader, 2)
+	cutFromStore(f)
+	time.Sleep(ttl + ttl/2) // the old leader's lease runs out in the store
+	c, err := elector.NewCandidate(elector.Config{
+		ID: "newcomer", TTL: ttl, Backend: s.Client(), Now: s.Now,
+		Logger:   zaptest.NewLogger(t).Named("newcomer"),
+		Failsafe: &elector.FailsafeConfig{URL: electortest.MeshURL("newcomer"), Transport: mesh.From("newcomer")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mesh.Add("newcomer", c)
+	e := c.Election("main")
+	c.Start()
+	e.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		c.Release(e)
+		_ = c.Close(ctx)
+	})
+	won := time.Now()
+	var both int
+	for time.Since(won) < 4*ttl {
+		_, newcomer := e.Check()
+		if newcomer && leader.Leading() {
+			both++
+		}
+		if newcomer {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, ok := e.Check(); !ok {
+		t.Fatalf("the newcomer never led: %+v", e.Term())
+	}
+	if both > 0 || leader.Leading() {
+		t.Fatalf("the old leader and the newcomer admitted at once (%d samples); old leader %+v %+v", both, leader.Election.Term(), leader.Election.Failsafe())
+	}
+	if got := e.Term().Token; got <= token {
+		t.Fatalf("newcomer's token %d not above %d", got, token)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{name: "wrapped_sentinel", err: errDown, want: true},
+		{name: "deadline", err: fmt.Errorf("renew: %w", context.DeadlineExceeded), want: true},
+		{name: "lease_not_found", err: elector.ErrLeaseNotFound, want: false},
+		{name: "rewound", err: fmt.Errorf("%w", elector.ErrStoreRewound), want: false},
+		{name: "other", err: errors.New("permission denied"), want: false},
+		{name: "nil", err: nil, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := elector.Unreachable(electortest.NewStore().Client(), tc.err); got != tc.want {
+				t.Fatalf("Unreachable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+// A question that does not carry the term's MAC is refused, and changes nothing.
+func TestFailsafeAnswerRefusesForgeries(t *testing.T) {
+	f, s := meshedFleet(t, 2, electortest.NewMesh())
+	keepTime(t, s)
+	leader, token := f.Leader(within)
+	peer := aPeer(f, leader)
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{name: "wrong_mac", body: fmt.Sprintf(`{"kind":"confirm","election":"main","token":%d,"from":%q,"to":%q,"ttl":%d,"at":%d,"nonce":"n","mac":"AAAA"}`,
+			token, leader.ID, peer.ID, int64(ttl), time.Now().UnixNano()), want: "not authenticated"},
+		{name: "unknown_term", body: fmt.Sprintf(`{"kind":"confirm","election":"main","token":%d,"from":%q,"to":%q,"ttl":%d,"at":%d,"nonce":"n"}`,
+			token+100, leader.ID, peer.ID, int64(ttl), time.Now().UnixNano()), want: "unknown term"},
+		{name: "other_election", body: `{"kind":"confirm","election":"other"}`, want: "not a candidate in this election"},
+		{name: "not_json", body: `confirm`, want: "malformed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r struct {
+				Accepted bool   `json:"accepted"`
+				Reason   string `json:"reason"`
+				MAC      []byte `json:"mac"`
+			}
+			if err := json.Unmarshal(peer.Candidate.FailsafeAnswer(context.Background(), []byte(tc.body)), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Accepted || r.Reason != tc.want || r.MAC != nil {
+				t.Fatalf("answer %+v, want a refusal %q without a MAC", r, tc.want)
+			}
+			if st := peer.Election.Failsafe(); st.Confirming != 0 {
+				t.Fatalf("%s keeps term %d alive after a forged question", peer.ID, st.Confirming)
+			}
+		})
+	}
+}

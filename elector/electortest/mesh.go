@@ -1,0 +1,64 @@
+package electortest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// Mesh connects candidates' failsafe endpoints in memory, as their HTTP endpoints would
+// be, and lets a test cut the link between two of them.
+type Mesh struct {
+	mu    sync.Mutex
+	nodes map[string]*elector.Candidate
+	cut   map[[2]string]bool
+}
+
+// NewMesh returns an empty mesh.
+func NewMesh() *Mesh {
+	return &Mesh{nodes: make(map[string]*elector.Candidate), cut: make(map[[2]string]bool)}
+}
+
+// MeshURL is the failsafe URL of candidate id on a Mesh.
+func MeshURL(id string) string { return "mesh://" + id }
+
+// Add makes candidate c reachable as id.
+func (m *Mesh) Add(id string, c *elector.Candidate) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nodes[id] = c
+}
+
+// Cut breaks (or, with broken false, mends) the link between a and b, both ways.
+func (m *Mesh) Cut(a, b string, broken bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cut[[2]string{a, b}] = broken
+	m.cut[[2]string{b, a}] = broken
+}
+
+// ErrCut is what a question over a cut link fails with.
+var ErrCut = errors.New("electortest: link cut")
+
+// From returns the transport with which candidate id asks the others.
+func (m *Mesh) From(id string) elector.FailsafeTransport { return meshTransport{m, id} }
+
+type meshTransport struct {
+	m    *Mesh
+	from string
+}
+
+// Ask implements elector.FailsafeTransport.
+func (t meshTransport) Ask(ctx context.Context, url string, body []byte) ([]byte, error) {
+	to := strings.TrimPrefix(url, "mesh://")
+	t.m.mu.Lock()
+	c, cut := t.m.nodes[to], t.m.cut[[2]string{t.from, to}]
+	t.m.mu.Unlock()
+	if c == nil || cut {
+		return nil, ErrCut
+	}
+	return c.FailsafeAnswer(ctx, body), nil
+}

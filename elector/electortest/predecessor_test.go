@@ -1,0 +1,170 @@
+package electortest_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/elector/electortest"
+)
+
+// TestNoSuccessorTrustsWhatItCannotProve: the leader P is cut off from the store (it admits
+// until its own deadline) and an operator deletes the key. Whatever comes next, no instance
+// may admit before P has certainly stopped. Each case is a sequence that once let a second
+// leader in at once.
+func TestNoSuccessorTrustsWhatItCannotProve(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		size int
+		// next acts once the key is gone; it returns the members to watch besides the fleet.
+		next func(t *testing.T, f *electortest.Fleet, s *electortest.Store, p *electortest.Member) []*electortest.Member
+	}{
+		{
+			// The waiting winner resigns: its acknowledgement must not vouch for P.
+			name: "waiting_winner_resigns",
+			size: 3,
+			next: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, p *electortest.Member) []*electortest.Member {
+				w := waitingWinner(t, f, p)
+				ctx, cancel := context.WithTimeout(context.Background(), within)
+				defer cancel()
+				if err := w.Election.Resign(ctx, time.Hour); err != nil {
+					t.Fatalf("resign of the waiting winner: %v", err)
+				}
+				return nil
+			},
+		},
+		{
+			// The waiting winner is asked to transfer, as POST /leader/default/transfer does.
+			name: "waiting_winner_transfers",
+			size: 3,
+			next: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, p *electortest.Member) []*electortest.Member {
+				w := waitingWinner(t, f, p)
+				var to *electortest.Member
+				for _, m := range f.Members {
+					if m != p && m != w {
+						to = m
+					}
+				}
+				if err := w.Election.Transfer(context.Background(), to.ID, within); err != nil {
+					t.Fatalf("transfer from the waiting winner to %s: %v", to.ID, err)
+				}
+				return nil
+			},
+		},
+		{
+			// A second delete: the waiting winner's term ends unsettled.
+			name: "key_deleted_again",
+			size: 3,
+			next: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, p *electortest.Member) []*electortest.Member {
+				waitingWinner(t, f, p)
+				s.Delete("main")
+				return nil
+			},
+		},
+		{
+			// The only live candidate has just started: it never saw P's term.
+			name: "fresh_candidate_alone",
+			size: 1,
+			next: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, p *electortest.Member) []*electortest.Member {
+				return []*electortest.Member{startMember(t, s, "fresh")}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, s := fakeFleet(t, tc.size)
+			p, token := f.Leader(within)
+			keepTime(t, s)
+			client(f, p).SetDown(errors.New("cut off"))
+			s.Delete("main")
+			extra := tc.next(t, f, s, p)
+			all := append(append([]*electortest.Member{}, f.Members...), extra...)
+			// Sample until someone other than P leads under a newer term, and for a
+			// while after: P and it must never admit at the same moment.
+			var overlaps int
+			deadline := time.Now().Add(within)
+			var next *electortest.Member
+			for next == nil || time.Since(deadline.Add(-within)) < 3*ttl {
+				if time.Now().After(deadline) {
+					t.Fatal("no new leader")
+				}
+				var leaders []*electortest.Member
+				for _, m := range all {
+					if m.Leading() {
+						leaders = append(leaders, m)
+						if m != p && m.Election.Term().Token > token {
+							next = m
+						}
+					}
+				}
+				if len(leaders) > 1 {
+					overlaps++
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if overlaps > 0 {
+				t.Fatalf("%d samples with two leaders: a successor admitted while the cut-off leader %s still did", overlaps, p.ID)
+			}
+		})
+	}
+}
+
+// waitingWinner waits for a member other than p to hold the key while it still waits for p.
+func waitingWinner(t *testing.T, f *electortest.Fleet, p *electortest.Member) *electortest.Member {
+	t.Helper()
+	var w *electortest.Member
+	f.Await("a winner waiting for the cut-off leader", within, func() bool {
+		for _, m := range f.Members {
+			if tm := m.Election.Term(); m != p && tm.Holds() && tm.Settling {
+				w = m
+				return true
+			}
+		}
+		return false
+	})
+	return w
+}
+
+// startMember starts one more candidate of election "main" on s, as a process started now.
+func startMember(t *testing.T, s *electortest.Store, id string) *electortest.Member {
+	t.Helper()
+	c, err := elector.NewCandidate(elector.Config{
+		ID: id, URL: "http://" + id + ".test:8080", TTL: ttl, DrainTimeout: time.Second,
+		Backend: s.Client(), Logger: zaptest.NewLogger(t).Named(id), Now: s.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &electortest.Member{ID: id, Candidate: c, Election: c.Election("main")}
+	c.Start()
+	m.Election.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		c.Release(m.Election)
+		_ = c.Close(ctx)
+	})
+	return m
+}
+
+// TestHistoryRecordsATermNobodyElseFollowed: a leader that resigns with nobody else to take
+// over records its own ended term when it wins again.
+func TestHistoryRecordsATermNobodyElseFollowed(t *testing.T) {
+	f, _ := fakeFleet(t, 1)
+	m, token := f.Leader(within)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := m.Election.Resign(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Await("the same instance leading a new term", within, func() bool {
+		return m.Leading() && m.Election.Term().Token > token
+	})
+	f.Await("the resigned term in the history", within, func() bool {
+		h, err := m.Election.History(ctx)
+		return err == nil && len(h) == 1 && h[0].Token == token && h[0].Leader == m.ID && h[0].Ended == elector.EndedHandedOver
+	})
+}

@@ -1,0 +1,343 @@
+package elector
+
+import (
+	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// electionFailsafe is an election's failsafe state, as a peer and as a leader.
+type electionFailsafe struct {
+	mu sync.Mutex
+	// record is the term this instance keeps alive as a peer, until when (local clock).
+	record struct {
+		token  int64
+		leader string
+		until  time.Time
+	}
+	// unknownUntil covers a confirmation this process cannot know of: one its
+	// predecessor under the same id may have given just before it started.
+	unknownUntil time.Time
+	// newest is the newest token this instance has seen (store, rounds, fences); an
+	// older term is never confirmed.
+	newest int64
+	// keys are the MarkKeys of the latest terms this instance saw, newest first.
+	keys  []fsKey
+	timer *time.Timer // wakes the campaign loop when record runs out
+
+	// proving is the token of this instance's new term while it waits for the proof
+	// that no older term rides out a failsafe (guarded by Election.mu).
+	proving int64
+
+	// Leader side (guarded by mu): the rosters that may be the newest in the store, the
+	// confirmed one first, and the state of the current failsafe.
+	rosters  []heldRoster
+	active   bool
+	cause    string
+	since    time.Time
+	rounds   int64
+	refused  int64
+	noRoster bool // a failsafe could not start for want of a confirmed roster (logged once)
+}
+
+type fsKey struct {
+	token int64
+	key   []byte
+	rec   Record
+}
+
+// noteFailsafeLocked follows the published terms: it remembers their MarkKeys and the
+// newest token, and forgets a pending proof with the term it was for. e.mu is held.
+func (e *Election) noteFailsafeLocked(t *Term) {
+	if t.lease == nil {
+		e.fs.proving = 0
+	}
+	if t.Token == 0 {
+		return
+	}
+	e.fs.mu.Lock()
+	defer e.fs.mu.Unlock()
+	e.fs.newest = max(e.fs.newest, t.Token)
+	if t.Leader.MarkKey == "" || len(e.fs.keys) > 0 && e.fs.keys[0].token == t.Token {
+		return
+	}
+	e.fs.keys = append([]fsKey{{t.Token, []byte(t.Leader.MarkKey), t.Leader}}, e.fs.keys[:min(len(e.fs.keys), keptMarkKeys-1)]...)
+}
+
+// markKeyOf returns the MarkKey of term token if this instance saw it.
+func (e *Election) markKeyOf(token int64) ([]byte, bool) {
+	e.fs.mu.Lock()
+	defer e.fs.mu.Unlock()
+	for _, k := range e.fs.keys {
+		if k.token == token {
+			return k.key, true
+		}
+	}
+	return nil, false
+}
+
+// failsafeHolding reports whether this instance keeps another term alive as a peer now:
+// it then neither campaigns nor forgets that term's leader.
+func (e *Election) failsafeHolding() bool {
+	if e.c.cfg.Failsafe == nil {
+		return false
+	}
+	e.fs.mu.Lock()
+	defer e.fs.mu.Unlock()
+	return e.c.now().Before(e.fs.record.until)
+}
+
+// confirmedRemaining is how long a confirmation this instance gave (or may have given,
+// before it started) still holds, for any term but except; zero when none does.
+func (e *Election) confirmedRemaining(except int64, now time.Time) time.Duration {
+	e.fs.mu.Lock()
+	defer e.fs.mu.Unlock()
+	d := max(0, e.fs.unknownUntil.Sub(now))
+	if e.fs.record.token != except {
+		d = max(d, e.fs.record.until.Sub(now))
+	}
+	return d
+}
+
+// FailsafeAnswer answers a failsafe message from another instance (the body its failsafe
+// endpoint received) and returns the body to send back. It never blocks for long: a
+// fence from a winner that this instance cannot authenticate from memory costs one store
+// read.
+func (c *Candidate) FailsafeAnswer(ctx context.Context, body []byte) []byte {
+	var m fsMessage
+	var r fsReply
+	if err := json.Unmarshal(body, &m); err != nil {
+		r.Reason = "malformed"
+	} else if c.cfg.Failsafe == nil {
+		r.Reason = "failsafe is off here"
+	} else {
+		c.mu.Lock()
+		e := c.elections[m.Election]
+		c.mu.Unlock()
+		if e == nil {
+			r.Reason = "not a candidate in this election"
+		} else {
+			r = e.answer(ctx, &m)
+		}
+	}
+	out, _ := json.Marshal(r) // a bool, a string and bytes always marshal
+	return out
+}
+
+// answer decides on m and signs the reply, if m is genuine.
+func (e *Election) answer(ctx context.Context, m *fsMessage) fsReply {
+	key, ok := e.markKeyOf(m.Token)
+	if !ok && m.Kind == fsFence {
+		// A winner asks about a term this instance never saw (it started since): the
+		// roster in the store has the key.
+		if r, err := e.latestRoster(ctx); err == nil && r != nil && r.Token == m.Token {
+			key, ok = []byte(r.MarkKey), true
+		}
+	}
+	if !ok {
+		return fsReply{Reason: "unknown term"}
+	}
+	now := e.c.now()
+	if age := time.Since(time.Unix(0, m.At)); m.To != e.c.cfg.ID || !hmac.Equal(m.MAC, m.mac(key)) || age > e.c.cfg.TTL || age < -e.c.cfg.TTL {
+		return fsReply{Reason: "not authenticated"}
+	}
+	var r fsReply
+	switch m.Kind {
+	case fsConfirm:
+		r = e.confirm(m, now)
+		if r.Accepted {
+			e.recallLeader(m.Token)
+		}
+	case fsEnd:
+		e.fs.mu.Lock()
+		if e.fs.record.token == m.Token {
+			e.fs.record.until = time.Time{}
+		}
+		e.fs.mu.Unlock()
+		e.kick()
+		r.Accepted = true
+	case fsFence:
+		r = e.fence(m, now)
+	default:
+		r.Reason = "unknown kind"
+	}
+	r.MAC = r.mac(key, m)
+	return r
+}
+
+// confirm keeps m's term alive for its TTL, unless this instance leads, has seen a newer
+// term or keeps another one alive.
+func (e *Election) confirm(m *fsMessage, now time.Time) fsReply {
+	if e.term.Load().Holds() {
+		return fsReply{Reason: "leading"}
+	}
+	e.fs.mu.Lock()
+	defer e.fs.mu.Unlock()
+	switch {
+	case m.Token < e.fs.newest:
+		return fsReply{Reason: "a newer term was seen"}
+	case e.fs.record.token != m.Token && now.Before(e.fs.record.until):
+		return fsReply{Reason: "confirming another term"}
+	}
+	// Checked again under the lock: a term published meanwhile took it first.
+	if e.term.Load().Holds() {
+		return fsReply{Reason: "leading"}
+	}
+	e.fs.newest = m.Token
+	e.fs.record.token, e.fs.record.leader, e.fs.record.until = m.Token, m.From, now.Add(m.TTL)
+	if e.fs.timer != nil {
+		e.fs.timer.Stop()
+	}
+	e.fs.timer = time.AfterFunc(m.TTL, e.kick) // campaign again once it runs out
+	return fsReply{Accepted: true}
+}
+
+// recallLeader publishes the leader of term token again if this instance forgot it when it
+// lost the store before the first round reached it: followers forward to it again.
+func (e *Election) recallLeader(token int64) {
+	e.fs.mu.Lock()
+	var rec Record
+	for _, k := range e.fs.keys {
+		if k.token == token {
+			rec = k.rec
+		}
+	}
+	e.fs.mu.Unlock()
+	if rec.ID == "" {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.term.Load(); t.lease == nil && !t.LeaderKnown() {
+		e.publishLocked(rec, token, nil, "leader confirmed in a failsafe")
+	}
+}
+
+// fence makes this instance confirm nothing older than m.NewToken from now on, stops its
+// own failsafe if it leads an older term, and says how long what it confirmed still holds.
+func (e *Election) fence(m *fsMessage, now time.Time) fsReply {
+	e.fs.mu.Lock()
+	e.fs.newest = max(e.fs.newest, m.NewToken)
+	e.fs.mu.Unlock()
+	r := fsReply{Accepted: true, Remaining: e.confirmedRemaining(m.NewToken, now)}
+	if t := e.term.Load(); t.lease != nil && t.Token < m.NewToken && t.fs != nil {
+		r.Remaining = max(r.Remaining, t.fs.remaining(now))
+		t.fs.clear() // deposed: the next round does not renew it either
+	}
+	return r
+}
+
+// startProofLocked makes this instance's new term token wait, before it admits, for the
+// proof that no older term still rides out a failsafe. e.mu is held.
+func (e *Election) startProofLocked(token int64) {
+	if e.c.cfg.Failsafe == nil {
+		return
+	}
+	e.fs.proving = token
+	go e.proveNoFailsafe(token)
+}
+
+// proveNoFailsafe waits until no older term can admit through a failsafe, then lets term
+// token admit (if it has settled otherwise). Only the leader of the newest roster in the
+// store can ride out a failsafe, and only while every member confirms it. So:
+//   - a confirmation this instance gave for another term is waited out (it refuses any
+//     further one, since it holds a term now);
+//   - if this instance is in the newest roster, that is enough: the leader asks it;
+//   - otherwise one member of that roster must promise (a fence) to confirm that term no
+//     more, and what it confirmed last is waited out.
+func (e *Election) proveNoFailsafe(token int64) {
+	retry := newBackoff(50*time.Millisecond, min(time.Second, e.c.cfg.TTL/4))
+	proven := func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.fs.proving != token
+	}
+	for !proven() {
+		if d := e.confirmedRemaining(token, e.c.now()); d > 0 {
+			if !sleepCtx(e.c.ctx, d) {
+				return
+			}
+			continue
+		}
+		r, err := e.latestRoster(e.c.ctx)
+		if err != nil {
+			e.c.storeFailed("failsafe roster", err)
+			if !retry.wait(e.c.ctx) {
+				return
+			}
+			continue
+		}
+		if r != nil && r.Token < token && r.Leader != e.c.cfg.ID && !r.has(e.c.cfg.ID) {
+			until, ok := e.fenceRoster(r, token)
+			if !ok {
+				if !retry.wait(e.c.ctx) {
+					return
+				}
+				continue
+			}
+			e.c.log().Info("failsafe: the previous term's roster is fenced; waiting out its confirmations",
+				zap.String("election", e.name), zap.Int64("token", token), zap.Int64("roster_token", r.Token),
+				zap.Duration("wait", until.Sub(e.c.now())))
+			if !sleepCtx(e.c.ctx, until.Sub(e.c.now())) {
+				return
+			}
+		}
+		e.mu.Lock()
+		if e.fs.proving == token {
+			e.fs.proving = 0
+			if cur := e.term.Load(); cur.lease != nil && cur.Token == token {
+				e.publishLocked(cur.Leader, cur.Token, cur.lease, cur.Reason)
+			}
+		}
+		e.mu.Unlock()
+		return
+	}
+}
+
+// fenceRoster asks every member of r (but this instance) to confirm r's term no more, and
+// returns when the earliest one's last confirmation has certainly run out; false when no
+// member answered.
+func (e *Election) fenceRoster(r *fsRoster, token int64) (time.Time, bool) {
+	type answer struct {
+		at  time.Time
+		rep fsReply
+		err error
+	}
+	answers := make(chan answer, len(r.Members))
+	n := 0
+	for _, m := range r.Members {
+		if m.ID == e.c.cfg.ID || m.URL == "" {
+			continue
+		}
+		n++
+		go func() {
+			rep, err := e.c.ask(e.c.ctx, m.URL, []byte(r.MarkKey), fsMessage{
+				Kind: fsFence, Election: e.name, Token: r.Token, From: e.c.cfg.ID, To: m.ID, NewToken: token,
+			})
+			answers <- answer{e.c.now(), rep, err}
+		}()
+	}
+	var best time.Time
+	found := false
+	for range n {
+		a := <-answers
+		if a.err != nil || !a.rep.Accepted {
+			continue
+		}
+		// The member's confirmation ends, by its clock, Remaining after it answered,
+		// which was before the answer arrived; the margin covers the clocks' rates.
+		until := a.at.Add(a.rep.Remaining + safetyMargin(r.TTL))
+		if !found || until.Before(best) {
+			best, found = until, true
+		}
+	}
+	if !found {
+		e.c.log().Warn("failsafe: no member of the previous term's roster answered; the new term waits",
+			zap.String("election", e.name), zap.Int64("token", token), zap.Int64("roster_token", r.Token))
+	}
+	return best, found
+}

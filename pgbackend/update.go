@@ -1,0 +1,64 @@
+package pgbackend
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+)
+
+// The elector's heartbeat rewrites the election key with the same record, and the record
+// holds the term's mark key (a secret: it signs forwarded requests). A server that logs
+// statements (log_statement = mod, or all) logs their parameters too, in full by default:
+// every heartbeat would put the secret in the log, ttl/3 apart. So the value goes over the
+// wire only when it changes (a campaign, a handover mark); a rewrite of the value this
+// backend wrote last for the term sends its SHA-256 instead, which tells nothing of it.
+
+// wrote is the last value a backend wrote to an election's key: its term and digest.
+type wrote struct {
+	token  int64
+	digest [sha256.Size]byte
+}
+
+// noteWritten records that value is the key's value in term token, as this backend wrote it.
+func (b *Backend) noteWritten(election string, token int64, value []byte) {
+	b.wroteMu.Lock()
+	defer b.wroteMu.Unlock()
+	b.wrote[election] = wrote{token: token, digest: sha256.Sum256(value)}
+}
+
+// wroteLast returns value's digest and whether this backend wrote value last in term token.
+func (b *Backend) wroteLast(election string, token int64, value []byte) ([sha256.Size]byte, bool) {
+	d := sha256.Sum256(value)
+	b.wroteMu.Lock()
+	defer b.wroteMu.Unlock()
+	w, ok := b.wrote[election]
+	return d, ok && w.token == token && w.digest == d
+}
+
+// Update implements elector.Backend: only while the key is still term token's and its
+// lease alive. Rewriting the value this backend wrote last sends only its digest: the row
+// gets a new revision, which watchers report as a write, if its value still has that
+// digest; if not (an operator changed it by hand), the value is written in full.
+func (b *Backend) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
+	if err := b.ready(ctx); err != nil {
+		return false, err
+	}
+	const live = `name = $1 AND token = $2 AND lease IN (SELECT id FROM %[2]s WHERE expires_at > clock_timestamp())`
+	if digest, same := b.wroteLast(election, token, value); same {
+		tag, err := b.pool.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s SET rev = %[3]s() WHERE `+live+` AND sha256(value) = $3`,
+			b.names.elections, b.names.leases, b.names.next), election, token, digest[:])
+		if err != nil || tag.RowsAffected() == 1 {
+			return err == nil, b.describe(err)
+		}
+	}
+	tag, err := b.pool.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s SET value = $3, rev = %[3]s() WHERE `+live,
+		b.names.elections, b.names.leases, b.names.next), election, token, value)
+	if err != nil {
+		return false, b.describe(err)
+	}
+	if tag.RowsAffected() != 1 {
+		return false, nil
+	}
+	b.noteWritten(election, token, value)
+	return true, nil
+}
