@@ -16,12 +16,13 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/fleet"
 )
 
-// memoryCandidate starts a candidate of election "default" on the in-memory store.
+// memoryCandidate starts a candidate of election "default" on the in-memory store, on the
+// real clock (a new leader waits out real time before it admits).
 func memoryCandidate(t *testing.T, store *electortest.Store, id string, priority int) *elector.Election {
 	t.Helper()
 	_, es := fleet.StartCandidate(t, elector.Config{
 		ID: id, URL: "http://" + id + ".test", TTL: 3 * time.Second, DrainTimeout: time.Second,
-		Priority: priority, Backend: store.Client(), Now: store.Now, Logger: zaptest.NewLogger(t).Named(id),
+		Priority: priority, Backend: store.Client(), Logger: zaptest.NewLogger(t).Named(id),
 	}, DefaultElection)
 	return es[0]
 }
@@ -123,7 +124,7 @@ func TestHealthHandler(t *testing.T) {
 
 	t.Run("unhealthy_503_when_the_lease_runs_out", func(t *testing.T) {
 		store.SetDown(context.DeadlineExceeded)
-		store.Advance(time.Minute)
+		waitUntil(t, "the standby's lease runs out", func() bool { return !standby.Healthy() })
 		status, rep, _ := askHealth(t, newHealth(t, HealthHandler{}, standby), http.MethodGet)
 		if status != http.StatusServiceUnavailable || rep.Role != HealthRoleUnhealthy {
 			t.Errorf("with the lease run out: %d %s, want 503 unhealthy", status, rep.Role)

@@ -31,7 +31,7 @@ const (
 )
 
 // haproxyBin finds Debian's haproxy. Without it the test skips, except in CI (the CI
-// environment variable is set), where .ci/run installs it and its absence is a failure.
+// environment variable is set), where ./test.sh (run by .ci/run) installs it and its absence is a failure.
 func haproxyBin(t *testing.T) string {
 	t.Helper()
 	if p, err := exec.LookPath("haproxy"); err == nil {
@@ -42,7 +42,7 @@ func haproxyBin(t *testing.T) string {
 		return "/usr/sbin/haproxy"
 	}
 	if os.Getenv("CI") != "" {
-		t.Fatal("haproxy is not installed, and CI is set: .ci/run installs it (apt-get install haproxy)")
+		t.Fatal("haproxy is not installed, and CI is set: ./test.sh installs it (apt-get install haproxy)")
 	}
 	t.Skip("haproxy is not installed (apt-get install haproxy); skipped outside CI")
 	return ""

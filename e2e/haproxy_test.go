@@ -40,19 +40,7 @@ func TestHAProxy(t *testing.T) {
 	needCaddy(t)
 	bin := haproxyBin(t)
 
-	f := &recipeFleet{owner: t, etcd: etcdtest.Start(t, 1).Endpoints(), app: startWriteApp(t)}
-	ports, err := freeport.Pick(6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		in, err := startRecipeInstance(t, fmt.Sprintf("caddy-%d", i+1), ports[2*i], ports[2*i+1], f.etcd, f.app.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.fleet = append(f.fleet, in)
-		f.all = append(f.all, in)
-	}
+	f := startRecipeFleet(t)
 	activePassive := StartHAProxy(t, bin, haproxyActivePassive, f.fleet)
 	forward := StartHAProxy(t, bin, haproxyForward, f.fleet)
 	f.proxies = []*HAProxy{activePassive, forward}
@@ -68,39 +56,12 @@ func TestHAProxy(t *testing.T) {
 		{"forward/sigterm_leader_at_200rps_fails_no_request", forward, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f.attempt(t, func() []string {
-				leader := f.settle(t)
-				load := StartLoad(tc.proxy.URL+"/write", tc.rate)
-				time.Sleep(loadWarmup)
-				termed := time.Now()
-				leader.signal(syscall.SIGTERM)
-				problems := f.checkLameDuck(t, leader)
-				leader.waitExit()
-				exited := time.Since(termed)
-				time.Sleep(loadAfter)
-				problems = append(problems, f.report(t, load.Stop(), fmt.Sprintf("the old leader exited %v after SIGTERM", exited.Round(time.Millisecond)))...)
-				f.restart(t, leader)
-				return problems
-			})
+			f.attempt(t, func() []string { return f.sigtermUnderLoad(t, tc.proxy.URL+"/write", tc.rate) })
 		})
 	}
 
 	t.Run("forward/rolling_restart_at_200rps_fails_no_request", func(t *testing.T) {
-		f.attempt(t, func() []string {
-			f.settle(t)
-			load := StartLoad(forward.URL+"/write", 200)
-			time.Sleep(loadWarmup)
-			began := time.Now()
-			for _, in := range append([]*Instance(nil), f.fleet...) {
-				in.signal(syscall.SIGTERM)
-				in.waitExit()
-				f.restart(t, in)
-				f.settle(t)
-			}
-			took := time.Since(began)
-			time.Sleep(loadAfter)
-			return f.report(t, load.Stop(), fmt.Sprintf("restarting all %d instances one by one took %v", len(f.fleet), took.Round(time.Millisecond)))
-		})
+		f.attempt(t, func() []string { return f.rollingRestartUnderLoad(t, forward.URL+"/write", 200) })
 	})
 
 	t.Run("forward/sigkill_leader_at_20rps_costs_at_most_one_ttl", func(t *testing.T) {
@@ -154,7 +115,27 @@ func since(t, from time.Time) time.Duration {
 	return t.Sub(from).Round(time.Millisecond)
 }
 
-// recipeFleet is the fleet of TestHAProxy, shared by its subtests.
+// startRecipeFleet starts etcd, the application and three instances of the recipe's
+// Caddyfile, caddy-1 to caddy-3.
+func startRecipeFleet(t *testing.T) *recipeFleet {
+	t.Helper()
+	f := &recipeFleet{owner: t, etcd: etcdtest.Start(t, 1).Endpoints(), app: startWriteApp(t)}
+	ports, err := freeport.Pick(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		in, err := startRecipeInstance(t, fmt.Sprintf("caddy-%d", i+1), ports[2*i], ports[2*i+1], f.etcd, f.app.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.fleet = append(f.fleet, in)
+		f.all = append(f.all, in)
+	}
+	return f
+}
+
+// recipeFleet is the fleet of TestHAProxy and TestCaddyLB, shared by their subtests.
 type recipeFleet struct {
 	owner   *testing.T // the instances outlive each subtest
 	etcd    []string
@@ -162,6 +143,46 @@ type recipeFleet struct {
 	fleet   []*Instance
 	all     []*Instance // every instance started, stopped ones too, for their logs
 	proxies []*HAProxy
+	// lbSees is how long a load balancer that the test cannot ask (Caddy) takes to see a
+	// change of health; settle waits it out.
+	lbSees time.Duration
+}
+
+// sigtermUnderLoad sends writes to url at rate, stops the leader with SIGTERM, checks its
+// lame-duck period, and returns every failed request and misordered write as a problem.
+func (f *recipeFleet) sigtermUnderLoad(t *testing.T, url string, rate int) []string {
+	t.Helper()
+	leader := f.settle(t)
+	load := StartLoad(url, rate)
+	time.Sleep(loadWarmup)
+	termed := time.Now()
+	leader.signal(syscall.SIGTERM)
+	problems := f.checkLameDuck(t, leader)
+	leader.waitExit()
+	exited := time.Since(termed)
+	time.Sleep(loadAfter)
+	problems = append(problems, f.report(t, load.Stop(), fmt.Sprintf("the old leader exited %v after SIGTERM", exited.Round(time.Millisecond)))...)
+	f.restart(t, leader)
+	return problems
+}
+
+// rollingRestartUnderLoad sends writes to url at rate while it stops (SIGTERM) and restarts
+// every instance in turn, and returns every failed request and misordered write.
+func (f *recipeFleet) rollingRestartUnderLoad(t *testing.T, url string, rate int) []string {
+	t.Helper()
+	f.settle(t)
+	load := StartLoad(url, rate)
+	time.Sleep(loadWarmup)
+	began := time.Now()
+	for _, in := range append([]*Instance(nil), f.fleet...) {
+		in.signal(syscall.SIGTERM)
+		in.waitExit()
+		f.restart(t, in)
+		f.settle(t)
+	}
+	took := time.Since(began)
+	time.Sleep(loadAfter)
+	return f.report(t, load.Stop(), fmt.Sprintf("restarting all %d instances one by one took %v", len(f.fleet), took.Round(time.Millisecond)))
 }
 
 // settle waits for one leader and for every HAProxy to see it: every instance up in the
@@ -175,6 +196,7 @@ func (f *recipeFleet) settle(t *testing.T) *Instance {
 			hp.WaitStates(t, "leader", func(in *Instance) bool { return in == leader })
 		}
 	}
+	time.Sleep(f.lbSees)
 	return leader
 }
 
@@ -263,7 +285,7 @@ func (f *recipeFleet) report(t *testing.T, outcomes []Outcome, note string) (pro
 		}
 		problems = append(problems, fmt.Sprintf("request failed: %v", o))
 	}
-	t.Logf("MEASURED haproxy %s: %d of %d requests failed; slowest answer %v; %s",
+	t.Logf("MEASURED %s: %d of %d requests failed; slowest answer %v; %s",
 		t.Name(), len(failed), len(outcomes), slowest.Round(time.Millisecond), note)
 	return append(problems, f.app.problems()...)
 }
@@ -308,7 +330,7 @@ func (f *recipeFleet) disturbed(from time.Time) string {
 				continue
 			}
 			at := time.Unix(0, int64(entry.TS*float64(time.Second)))
-			for _, sign := range []string{"etcd request failing", "lease lost", "could not connect to etcd"} {
+			for _, sign := range []string{"store request failing", "etcd request failing", "lease lost", "could not connect to etcd"} {
 				if at.After(from) && strings.HasPrefix(entry.Msg, sign) {
 					return fmt.Sprintf("%s at %s: %s", in, at.Format("15:04:05.000"), entry.Msg)
 				}
