@@ -3,7 +3,6 @@ package caddyleader
 import (
 	"context"
 	"encoding/json"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,7 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/caddyleader/caddy-leader/internal/adapttest"
 )
 
 // goldenAdaptDir holds the golden adapt tests: a Caddyfile, a line `----------`, and either
@@ -31,67 +31,19 @@ func setAdaptEnv(t *testing.T) {
 	t.Setenv("ADVERTISE_URL", "http://10.0.0.5:8080")
 }
 
-// readGolden splits a golden file into its Caddyfile and its expected JSON.
 func readGolden(t *testing.T, path string) (caddyfileText, expectedJSON string) {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.ReplaceAll(string(data), "\r\n", "\n")
-	cf, js, ok := strings.Cut(text, "\n----------\n")
-	if !ok {
-		t.Fatalf("%s: no line `----------` between the Caddyfile and the JSON", path)
-	}
-	return strings.TrimSpace(cf) + "\n", strings.TrimSpace(js)
+	return adapttest.ReadGolden(t, path)
 }
 
 func adaptCaddyfile(t *testing.T, text string) ([]byte, []caddyconfig.Warning, error) {
 	t.Helper()
-	adapter := caddyconfig.GetAdapter("caddyfile")
-	if adapter == nil {
-		t.Fatal("the caddyfile adapter is not registered")
-	}
-	return adapter.Adapt([]byte(text), nil)
+	return adapttest.Adapt(t, text)
 }
 
 func TestCaddyfileAdapt(t *testing.T) {
 	setAdaptEnv(t)
-	var files []string
-	err := filepath.WalkDir(goldenAdaptDir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".caddyfiletest") {
-			files = append(files, path)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatalf("no golden files in %s", goldenAdaptDir)
-	}
-	for _, path := range files {
-		name := strings.TrimSuffix(filepath.ToSlash(strings.TrimPrefix(path, goldenAdaptDir+string(filepath.Separator))), ".caddyfiletest")
-		t.Run(name, func(t *testing.T) {
-			cf, expected := readGolden(t, path)
-			if strings.HasPrefix(expected, "{") {
-				if !caddytest.CompareAdapt(t, path, cf, "caddyfile", expected) {
-					t.Errorf("%s: the adapted JSON differs from the expected JSON (diff on stdout)", path)
-				}
-				return
-			}
-			// As in Caddy's own runner, anything but JSON below the line is the error that
-			// adapting must report. The goldens hold the whole message, line number included,
-			// so a change to its wording or position shows up here.
-			_, _, err := adaptCaddyfile(t, cf)
-			if err == nil {
-				t.Fatalf("%s: adapted without error; want:\n%s", path, expected)
-			}
-			if !strings.Contains(err.Error(), expected) {
-				t.Errorf("%s: got error:\n%s\nwant one containing:\n%s", path, err, expected)
-			}
-		})
-	}
+	adapttest.Run(t, goldenAdaptDir)
 }
 
 // TestCaddyfileExample proves that the example users copy adapts, is formatted, and is
