@@ -18,11 +18,17 @@ const (
 // so it must be inside the module; `go test` runs it with the same toolchain, since it
 // puts its own GOROOT/bin first in PATH.
 func BuildCaddy(out string, race bool) error {
+	return BuildCaddyPackage(out, caddyPackage, race)
+}
+
+// BuildCaddyPackage is BuildCaddy for another Caddy command, such as a nested module's
+// (kubernetes/cmd/caddy, with its store); run it from inside that module.
+func BuildCaddyPackage(out, pkg string, race bool) error {
 	args := []string{"build", "-o", out}
 	if race {
 		args = append(args, "-race")
 	}
-	return goBuild(append(args, caddyPackage)...)
+	return goBuild(append(args, pkg)...)
 }
 
 // BuildEtcdLocal builds the loopback etcd (cmd/etcd-local) into out.
