@@ -178,6 +178,11 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 		}
 		obj = obj.DeepCopy()
 		obj.Annotations[annValue] = base64.StdEncoding.EncodeToString(value)
+		// The API server skips an update that changes nothing, and then no watcher hears of
+		// it; the elector's heartbeats rewrite the same value and must be seen. renewTime
+		// makes every update a write (and tells kubectl's readers when the holder last beat).
+		now := metav1.NowMicro()
+		obj.Spec.RenewTime = &now
 		at := b.revs.mark()
 		got, err := leases.Update(ctx, obj, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
