@@ -165,6 +165,30 @@ func TestElection(t *testing.T) {
 		f.NewLeaderOrSame(t, token, 2*ttl+5*time.Second)
 	})
 
+	t.Run("rewriting_the_same_value_is_seen", func(t *testing.T) {
+		// The elector's heartbeats rewrite the same record; followers must see each one.
+		b := admin(t, srv)
+		ctx := context.Background()
+		id, _, err := b.Grant(ctx, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := b.Campaign(ctx, "same", []byte("v"), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		changes := b.Watch(wctx, "same", o.Revision)
+		if ok, err := b.Update(ctx, "same", o.Holder.Token, []byte("v")); !ok || err != nil {
+			t.Fatalf("Update: %v %v", ok, err)
+		}
+		got := <-changes
+		if got.Err != nil || got.Revision <= o.Revision || got.Holder == nil || string(got.Holder.Value) != "v" {
+			t.Fatalf("after rewriting the same value the watch reports %+v", got)
+		}
+	})
+
 	t.Run("api_server_restarted", func(t *testing.T) {
 		f := startKubeFleet(t, srv, ttl, "restart")
 		leader, token := f.Leader(ttl + 5*time.Second)
