@@ -31,7 +31,6 @@ func setAdaptEnv(t *testing.T) {
 	t.Setenv("ADVERTISE_URL", "http://10.0.0.5:8080")
 }
 
-// readGolden splits a golden file into its Caddyfile and its expected JSON.
 func readGolden(t *testing.T, path string) (caddyfileText, expectedJSON string) {
 	t.Helper()
 	return goldentest.Read(t, path)

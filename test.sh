@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test, on a fresh machine as in CI: installs what the tests need and is missing
-# (promtool, HAProxy, PostgreSQL, PgBouncer and Redis, through apt-get), then runs
+# (promtool, HAProxy, PostgreSQL, PgBouncer and Redis through apt-get, and a kube-apiserver
+# built from the Go module proxy), then runs
 #   go test -race -count=1 -timeout 45m ./...
 # in this module and in every nested one (each directory with a go.mod, but tools/), and ends
 # with a line that says which tests were skipped and why, or that none was.
@@ -61,6 +62,11 @@ install_missing() {
 		"${sudo[@]}" service redis-server stop >/dev/null 2>&1 || true
 	fi
 	redis-server --version
+
+	if [[ -d kubernetes ]]; then
+		step "kube-apiserver v1.37.2 for the kubernetes store's tests (built from the Go module proxy once, then cached)"
+		(cd kubernetes && go run ./internal/kubetest/buildapiserver)
+	fi
 }
 
 [[ -n ${TEST_NO_INSTALL:-} ]] || install_missing

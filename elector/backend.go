@@ -62,8 +62,11 @@ type Observation struct {
 //   - It honours ctx: it returns (with ctx's error or its own) no later than ctx's deadline,
 //     and a request that ctx ended may or may not have taken effect; the elector then reads
 //     again rather than assume either.
-//   - Time is the store's: a lease expires by the store's clock, never a client's. The
-//     elector keeps its own, earlier deadline (see lease.go), so the two never need to agree.
+//   - A lease never expires earlier than its TTL after the store handled its last renewal:
+//     by the store's clock, or, in a store without expiry of its own (Kubernetes Lease
+//     objects), once an observer has seen it unrenewed for a whole TTL on its own
+//     monotonic clock. The elector keeps its own, earlier deadline (see lease.go), so the
+//     clocks never need to agree.
 //   - A lease id and a fencing token are never handed out twice by one store, not even after
 //     a failover to a replica that missed the latest writes.
 //   - Methods are safe for concurrent use.

@@ -1,0 +1,419 @@
+// Package kubebackend is the elector's Backend on Kubernetes coordination.k8s.io/v1 Lease
+// objects, judged expired by their observers' clocks.
+package kubebackend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	coordv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// A Lease object has no expiry of its own: the API server keeps it until someone deletes
+// it. So a lease here is an object that its holder rewrites (Renew) and that any observer
+// deletes once it has seen the same resourceVersion for a whole leaseDurationSeconds on its
+// own monotonic clock (reaper.go). The delete is conditional on that resourceVersion: a
+// renewal that got in first makes it fail, and a renewal after it finds nothing to renew.
+// The holder's elector counts its deadline from when it sent its last successful renewal,
+// which is before any observer can have seen it: the holder stops before anyone may take
+// over, as long as clocks run at about the same rate (the elector keeps a margin for that).
+//
+// Keys bound to a lease (an election's holder, a candidate's announcement) name the lease
+// object; a key whose lease object is gone counts as gone, and whoever notices first
+// clears it with a conditional write.
+
+// Config says how to reach the API server and where the objects live.
+type Config struct {
+	// Kubeconfig is a kubeconfig file; empty means the pod's service account (in-cluster).
+	Kubeconfig string
+	// Namespace holds every object; empty means the kubeconfig context's namespace, or the
+	// service account's, or "default".
+	Namespace string
+	// Prefix begins every object's name (a DNS name part ending with "-" reads best).
+	Prefix string
+	// Logger receives what goes wrong in the background (reaping, watches); nil discards it.
+	Logger *zap.Logger
+}
+
+// DefaultPrefix is the default Config.Prefix.
+const DefaultPrefix = "caddy-leader-"
+
+// ErrClosed is returned by requests on a closed Backend.
+var ErrClosed = errors.New("kubebackend: closed")
+
+// Backend talks to one API server. It connects lazily, on its first request.
+type Backend struct {
+	cfg Config
+
+	ctx    context.Context // ends the background work when the backend is closed
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	leases coordclient.LeaseInterface
+	ns     string
+	closed bool
+	reaper *reaper
+
+	// own holds the object of each lease granted here (elector.LeaseID -> *ownLease), so
+	// that Renew needs one request.
+	own  sync.Map
+	revs revisions
+}
+
+type ownLease struct {
+	mu  sync.Mutex
+	obj *coordv1.Lease
+	ttl time.Duration
+}
+
+var _ elector.Backend = (*Backend)(nil)
+
+// New checks cfg and returns a Backend that has not connected yet.
+func New(cfg Config) (*Backend, error) {
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if err := CheckPrefix(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	b := &Backend{cfg: cfg, revs: newRevisions()}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// CheckPrefix reports whether p can begin a Lease object's name.
+func CheckPrefix(p string) error {
+	if len(p) > 100 {
+		return fmt.Errorf("prefix %q is longer than 100 characters", p)
+	}
+	for i, r := range p {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || (r == '-' || r == '.') && i > 0
+		if !ok {
+			return fmt.Errorf("prefix %q: only lower-case letters, digits, '-' and '.' (not first) may begin an object name", p)
+		}
+	}
+	return nil
+}
+
+// Namespace returns the namespace the backend uses, connecting first if it has not.
+func (b *Backend) Namespace() (string, error) {
+	if _, err := b.client(); err != nil {
+		return "", err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ns, nil
+}
+
+// client returns the Lease client, making it on the first call. Making it only reads files.
+func (b *Backend) client() (coordclient.LeaseInterface, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	if b.leases != nil {
+		return b.leases, nil
+	}
+	rc, ns, err := RESTConfig(b.cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if b.cfg.Namespace != "" {
+		ns = b.cfg.Namespace
+	}
+	// client-go's default of 5 requests a second would delay a handover behind renewals.
+	rc.QPS, rc.Burst = 50, 100
+	rc.UserAgent = "caddy-leader"
+	cs, err := coordclient.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	b.leases, b.ns = cs.Leases(ns), ns
+	return b.leases, nil
+}
+
+// RESTConfig loads the client configuration: from kubeconfig if it is not empty, else the
+// pod's service account. It returns the namespace to use by default too.
+func RESTConfig(kubeconfig string) (*rest.Config, string, error) {
+	if kubeconfig != "" {
+		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig}, &clientcmd.ConfigOverrides{})
+		rc, err := cc.ClientConfig()
+		if err != nil {
+			return nil, "", fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		}
+		ns, _, err := cc.Namespace()
+		if err != nil {
+			return nil, "", fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		}
+		return rc, ns, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("in-cluster credentials (set kubeconfig when not running in a pod): %w", err)
+	}
+	ns := "default"
+	if data, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		ns = strings.TrimSpace(string(data))
+	}
+	return rc, ns, nil
+}
+
+// describe names what the API server refused and why, for errors an operator must fix.
+func (b *Backend) describe(verb string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("kubernetes: not allowed to %s leases.coordination.k8s.io in namespace %q: grant the verb %q in the Role (see deploy/kubernetes/rbac.yaml): %w",
+			verb, b.ns, verb, err)
+	}
+	return fmt.Errorf("kubernetes: %s lease: %w", verb, err)
+}
+
+func seconds(ttl time.Duration) int32 {
+	s := math.Ceil(ttl.Seconds())
+	if s < 1 {
+		s = 1
+	}
+	return int32(min(s, math.MaxInt32))
+}
+
+func randomID() elector.LeaseID {
+	var buf [8]byte
+	rand.Read(buf[:])
+	return elector.LeaseID(binary.BigEndian.Uint64(buf[:]) >> 1)
+}
+
+// Grant implements elector.Backend: it creates the lease object. Its ttl is rounded up to
+// whole seconds (leaseDurationSeconds).
+func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID, time.Duration, error) {
+	leases, err := b.client()
+	if err != nil {
+		return 0, 0, err
+	}
+	b.startReaper()
+	secs := seconds(ttl)
+	for {
+		id := randomID()
+		if id == 0 {
+			continue
+		}
+		now := metav1.NowMicro()
+		obj := &coordv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: b.leaseName(id), Labels: labels(kindLease, "", true)},
+			Spec:       coordv1.LeaseSpec{LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now},
+		}
+		at := b.revs.mark()
+		got, err := leases.Create(ctx, obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			continue // another lease has that id: draw again
+		}
+		if err != nil {
+			return 0, 0, b.describe("create", err)
+		}
+		if err := b.revs.check(at, got.ResourceVersion); err != nil {
+			return 0, 0, err
+		}
+		granted := time.Duration(secs) * time.Second
+		b.own.Store(id, &ownLease{obj: got, ttl: granted})
+		return id, granted, nil
+	}
+}
+
+// Renew implements elector.Backend: it rewrites the lease object's renewTime, on condition
+// that it is the version last seen, so that a reaper's delete and a renewal never both
+// succeed.
+func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration, error) {
+	leases, err := b.client()
+	if err != nil {
+		return 0, err
+	}
+	v, _ := b.own.LoadOrStore(id, &ownLease{})
+	ol := v.(*ownLease)
+	ol.mu.Lock()
+	defer ol.mu.Unlock()
+	for range 3 {
+		if ol.obj == nil {
+			got, err := leases.Get(ctx, b.leaseName(id), metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				b.own.Delete(id)
+				return 0, elector.ErrLeaseNotFound
+			}
+			if err != nil {
+				return 0, b.describe("get", err)
+			}
+			ol.obj = got
+		}
+		obj := ol.obj.DeepCopy()
+		now := metav1.NowMicro()
+		obj.Spec.RenewTime = &now
+		at := b.revs.mark()
+		got, err := leases.Update(ctx, obj, metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			b.own.Delete(id)
+			return 0, elector.ErrLeaseNotFound
+		case apierrors.IsConflict(err):
+			ol.obj = nil // reaped (then Get says so) or edited by an operator: read again
+			continue
+		case err != nil:
+			return 0, b.describe("update", err)
+		}
+		if err := b.revs.check(at, got.ResourceVersion); err != nil {
+			return 0, err
+		}
+		ol.obj = got
+		ttl := time.Duration(*seconds32(got.Spec.LeaseDurationSeconds)) * time.Second
+		return ttl, nil
+	}
+	return 0, fmt.Errorf("kubernetes: lease %s keeps changing under its renewal", b.leaseName(id))
+}
+
+// seconds32 returns d, or a pointer to 1 when an operator removed it.
+func seconds32(d *int32) *int32 {
+	if d == nil || *d < 1 {
+		one := int32(1)
+		return &one
+	}
+	return d
+}
+
+// Revoke implements elector.Backend: it deletes the lease object, then the keys bound to
+// it. A key left behind by a revoker that dies in between counts as gone anyway.
+func (b *Backend) Revoke(ctx context.Context, id elector.LeaseID) error {
+	leases, err := b.client()
+	if err != nil {
+		return err
+	}
+	err = leases.Delete(ctx, b.leaseName(id), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return b.describe("delete", err)
+	}
+	b.own.Delete(id)
+	return b.unbind(ctx, id)
+}
+
+// unbind clears the election keys and deletes the announcements bound to lease id, which
+// is gone.
+func (b *Backend) unbind(ctx context.Context, id elector.LeaseID) error {
+	leases, err := b.client()
+	if err != nil {
+		return err
+	}
+	list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy + "," + labelLease + "=" + leaseHex(id)})
+	if err != nil {
+		return b.describe("list", err)
+	}
+	for i := range list.Items {
+		obj := &list.Items[i]
+		switch obj.Labels[labelKind] {
+		case kindElection:
+			_, err = b.vacate(ctx, obj)
+		case kindCandidate:
+			err = b.deleteAt(ctx, obj)
+		}
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return b.describe("update", err)
+		}
+	}
+	return nil
+}
+
+// deleteAt deletes obj if it is still at its resourceVersion.
+func (b *Backend) deleteAt(ctx context.Context, obj *coordv1.Lease) error {
+	leases, err := b.client()
+	if err != nil {
+		return err
+	}
+	rv := obj.ResourceVersion
+	return leases.Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+}
+
+// alive reports whether lease id's object exists. A lease whose holder stopped renewing
+// exists until an observer has waited out its duration and deleted it.
+func (b *Backend) alive(ctx context.Context, id elector.LeaseID) (bool, error) {
+	if id == 0 {
+		return false, nil
+	}
+	leases, err := b.client()
+	if err != nil {
+		return false, err
+	}
+	_, err = leases.Get(ctx, b.leaseName(id), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, b.describe("get", err)
+	}
+	return true, nil
+}
+
+// getNamed reads the object called name with a consistent list, whose resourceVersion is
+// the store's revision as of the read (a get's would be the object's). obj is nil when
+// there is no such object.
+func (b *Backend) getNamed(ctx context.Context, at mark, name string) (obj *coordv1.Lease, rev int64, err error) {
+	leases, err := b.client()
+	if err != nil {
+		return nil, 0, err
+	}
+	list, err := leases.List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		return nil, 0, b.describe("list", err)
+	}
+	if err := b.revs.check(at, list.ResourceVersion); err != nil {
+		return nil, 0, err
+	}
+	rev, err = parseRV(list.ResourceVersion)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(list.Items) == 0 {
+		return nil, rev, nil
+	}
+	return &list.Items[0], rev, nil
+}
+
+// parseRV reads a resourceVersion as the etcd revision it is on every API server backed by
+// etcd. The store relies on that: it is how fencing tokens rise across re-created objects.
+func parseRV(rv string) (int64, error) {
+	v, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("kubernetes: resourceVersion %q is not a positive integer: this store needs an API server whose storage is etcd", rv)
+	}
+	return v, nil
+}
+
+// Close implements elector.Backend. It stops the background work and waits for it.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+	return nil
+}
