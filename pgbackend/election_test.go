@@ -10,58 +10,29 @@ import (
 	"github.com/caddyleader/caddy-leader/elector/electortest"
 	"github.com/caddyleader/caddy-leader/internal/faultproxy"
 	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/proxyfleet"
 )
 
 // pgFleet is a fleet of candidates, each reaching the database (or a pooler) at target
 // through a fault proxy of its own, under application_name node-<i>.
-type pgFleet struct {
-	*electortest.Fleet
-	proxies []*faultproxy.Proxy
-}
+type pgFleet struct{ *proxyfleet.Fleet }
 
 func startPGFleet(t *testing.T, target string, ttl time.Duration, election string, cfg Config) *pgFleet {
 	t.Helper()
-	f := &pgFleet{}
-	f.Fleet = electortest.StartFleet(t, electortest.FleetOptions{
-		Size:     3,
-		TTL:      ttl,
-		Election: election,
-		Backend: func(t testing.TB, i int) elector.Backend {
-			p, err := faultproxy.New(target)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { p.Close() })
-			f.proxies = append(f.proxies, p)
+	return &pgFleet{proxyfleet.Start(t, electortest.FleetOptions{Size: 3, TTL: ttl, Election: election}, target,
+		func(t testing.TB, i int, addr string) elector.Backend {
 			c := cfg
-			c.DSN = fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=node-%d", pgtest.Superuser, p.Addr(), i)
+			c.DSN = fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable&application_name=node-%d", pgtest.Superuser, addr, i)
 			b, err := New(c)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return b
-		},
-	})
-	// Cleanup runs last-in first-out: links heal before the candidates close.
-	t.Cleanup(func() {
-		for _, p := range f.proxies {
-			p.Heal()
-		}
-	})
-	return f
-}
-
-func (f *pgFleet) index(m *electortest.Member) int {
-	for i, x := range f.Members {
-		if x == m {
-			return i
-		}
-	}
-	return -1
+		})}
 }
 
 // cut makes m's link to the database silent, as a crash or a partition would.
-func (f *pgFleet) cut(m *electortest.Member) { f.proxies[f.index(m)].Blackhole() }
+func (f *pgFleet) cut(m *electortest.Member) { f.Proxy(m).Blackhole() }
 
 func measured(t *testing.T, what string, d time.Duration) {
 	t.Logf("measured %s: %s", what, d.Round(time.Millisecond))
@@ -103,7 +74,7 @@ func TestElection(t *testing.T) {
 		f.Await("the cut-off leader stopping", ttl, func() bool { return !leader.Leading() })
 		next, _, _ := f.NewLeader(leader, token, ttl+3*time.Second)
 		// The watchdog counts any moment in which both admitted.
-		f.proxies[f.index(leader)].Heal()
+		f.Proxy(leader).Heal()
 		f.Await("the old leader following the new one", 2*ttl, func() bool {
 			return leader.Election.Term().Leader.ID == next.ID
 		})
@@ -127,7 +98,7 @@ func TestElection(t *testing.T) {
 		leader, token := f.Leader(ttl + 5*time.Second)
 		before := leader.Candidate.LastContact()
 		n := server.QueryInt(t, fmt.Sprintf(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE application_name = 'node-%d'`, f.index(leader)))
+			WHERE application_name = 'node-%d'`, f.Index(leader)))
 		if n == 0 {
 			t.Fatal("the leader had no connection to terminate")
 		}

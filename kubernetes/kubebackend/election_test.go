@@ -14,54 +14,25 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/proxyfleet"
 	"github.com/caddyleader/caddy-leader/kubernetes/internal/kubetest"
 )
 
 // kubeFleet is a fleet of candidates, each reaching the API server through a fault proxy
 // of its own.
-type kubeFleet struct {
-	*electortest.Fleet
-	proxies []*faultproxy.Proxy
-}
+type kubeFleet struct{ *proxyfleet.Fleet }
 
 func startKubeFleet(t *testing.T, srv *kubetest.Server, ttl time.Duration, election string) *kubeFleet {
 	t.Helper()
-	f := &kubeFleet{}
-	target := strings.TrimPrefix(srv.URL, "https://")
-	f.Fleet = electortest.StartFleet(t, electortest.FleetOptions{
-		Size:     3,
-		TTL:      ttl,
-		Election: election,
-		Backend: func(t testing.TB, i int) elector.Backend {
-			p, err := faultproxy.New(target)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { p.Close() })
-			f.proxies = append(f.proxies, p)
-			b, err := New(Config{Kubeconfig: srv.Kubeconfig(t, "admin", "default", "https://"+p.Addr()), Prefix: "fleet-"})
+	return &kubeFleet{proxyfleet.Start(t, electortest.FleetOptions{Size: 3, TTL: ttl, Election: election},
+		strings.TrimPrefix(srv.URL, "https://"),
+		func(t testing.TB, i int, addr string) elector.Backend {
+			b, err := New(Config{Kubeconfig: srv.Kubeconfig(t, "admin", "default", "https://"+addr), Prefix: "fleet-"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return b
-		},
-	})
-	t.Cleanup(func() {
-		for _, p := range f.proxies {
-			p.Heal()
-		}
-	})
-	return f
-}
-
-func (f *kubeFleet) index(m *electortest.Member) int {
-	for i, x := range f.Members {
-		if x == m {
-			return i
-		}
-	}
-	return -1
+		})}
 }
 
 func measured(t *testing.T, what string, d time.Duration) {
@@ -97,7 +68,7 @@ func TestElection(t *testing.T) {
 		f := startKubeFleet(t, srv, ttl, "crash")
 		leader, token := f.Leader(ttl + 5*time.Second)
 		cutAt := time.Now()
-		f.proxies[f.index(leader)].Blackhole()
+		f.Proxy(leader).Blackhole()
 		_, _, at := f.NewLeader(leader, token, 2*ttl+5*time.Second)
 		measured(t, "failover after a crash (ttl 2s)", at.Sub(cutAt))
 	})
@@ -105,10 +76,10 @@ func TestElection(t *testing.T) {
 	t.Run("leader_cut_off_stops_admitting_before_its_lease_can_be_taken", func(t *testing.T) {
 		f := startKubeFleet(t, srv, ttl, "cut")
 		leader, token := f.Leader(ttl + 5*time.Second)
-		f.proxies[f.index(leader)].Blackhole()
+		f.Proxy(leader).Blackhole()
 		f.Await("the cut-off leader stopping", ttl, func() bool { return !leader.Leading() })
 		next, _, _ := f.NewLeader(leader, token, 2*ttl+5*time.Second)
-		f.proxies[f.index(leader)].Heal()
+		f.Proxy(leader).Heal()
 		f.Await("the old leader following the new one", 3*ttl, func() bool {
 			return leader.Election.Term().Leader.ID == next.ID
 		})
