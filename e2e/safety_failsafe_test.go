@@ -5,7 +5,8 @@ package e2e
 // TestSafetyFailsafe runs the leader app's failsafe mode through real faults: three Caddy
 // processes with failsafe on, each reaching the others' failsafe listeners through a fault
 // proxy of its own, a 3-member etcd cluster of real processes, and the recording backend
-// behind /gated (follower forward). The safety checker's rule is the same as TestSafety's:
+// behind /gated (follower forward; the outage also in reject and redirect). The safety
+// checker's rule is the same as TestSafety's:
 //
 //	go test -count=1 -v -run TestSafetyFailsafe ./e2e/
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/internal/faultproxy"
 	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/pgtest"
 )
 
 // failsafeLinks are the fault proxies in front of every instance's failsafe listener, by
@@ -28,8 +30,13 @@ type failsafeLinks map[string]*faultproxy.Proxy
 // withFailsafe turns failsafe on for a fleet of safetyInstances, each listener behind a
 // fault proxy recorded in links.
 func withFailsafe(t *testing.T, links failsafeLinks) func(*Config) {
+	return withFailsafeN(t, links, safetyInstances)
+}
+
+// withFailsafeN is withFailsafe for a fleet of n.
+func withFailsafeN(t *testing.T, links failsafeLinks, n int) func(*Config) {
 	return func(c *Config) {
-		ports := freeport.MustPick(t, safetyInstances)
+		ports := freeport.MustPick(t, n)
 		c.FailsafePorts, c.FailsafeURLs = map[string]int{}, map[string]string{}
 		for i, port := range ports {
 			id := fmt.Sprintf("c%d", i)
@@ -126,6 +133,34 @@ func ridesOut(t *testing.T, s *scenarioRun, mark string) {
 	}
 }
 
+// TestSafetyFailsafePostgres: the PostgreSQL server stopped for 10 ttl under load, with
+// failsafe, in forward mode: the leader serves every gated request throughout.
+func TestSafetyFailsafePostgres(t *testing.T) {
+	needCaddy(t)
+	server := pgtest.Start(t)
+	links := failsafeLinks{}
+	env := startPGEnv(t, server, "failsafe", "forward", nil, withFailsafeN(t, links, pgSafetyInstances))
+	const outage = 10 * ttl
+	rep := runScenarioOn(t, env, safetyScenario{
+		name: "postgres_stopped_10ttl_with_failsafe", load: outage + 6*time.Second, change: mayChange, noErrors: true, renews: true,
+		fault: func(s *scenarioRun) {
+			waitRoster(s)
+			server.Stop(t)
+			s.mark("store down")
+			time.Sleep(outage)
+			s.mark("restart")
+			server.Start(t)
+			s.mark("restarted")
+		},
+		check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+			if admitted, _ := countOutage(s, rep); admitted == 0 {
+				t.Error("nothing was admitted while PostgreSQL was down")
+			}
+		},
+	})
+	t.Logf("RESULTS (ttl %v, %d instances with failsafe, PostgreSQL):%s", ttl, pgSafetyInstances, safetyTable([]safetyReport{rep}))
+}
+
 func TestSafetyFailsafe(t *testing.T) {
 	needCaddy(t)
 	started := time.Now()
@@ -154,6 +189,24 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 				if admitted, _ := countOutage(s, rep); admitted == 0 {
 					t.Error("nothing was admitted while etcd was down")
 				}
+			}},
+		{name: "F1b_all_etcd_members_sigkill_10ttl_with_failsafe_reject", load: outage + 6*time.Second, change: mayChange, renews: true,
+			config: both(withFailsafe(t, links), func(c *Config) { c.Follower = "reject" }),
+			fault: func(s *scenarioRun) {
+				killEtcd(s)
+				time.Sleep(outage)
+				restartEtcd(s)
+			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+				outageServedByLeader(t, s, rep)
+			}},
+		{name: "F1c_all_etcd_members_sigkill_10ttl_with_failsafe_redirect", load: outage + 6*time.Second, change: mayChange, renews: true,
+			config: both(withFailsafe(t, links), func(c *Config) { c.Follower = "redirect" }),
+			fault: func(s *scenarioRun) {
+				killEtcd(s)
+				time.Sleep(outage)
+				restartEtcd(s)
+			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+				outageServedByLeader(t, s, rep)
 			}},
 		{name: "F2_all_etcd_members_sigkill_10ttl_without_failsafe", load: outage + 6*time.Second, change: mustChange,
 			fault: func(s *scenarioRun) {
@@ -211,6 +264,23 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 				}
 				rep.Notes = fmt.Sprintf("%d admitted from a ttl after the peer died until etcd was back", late)
 			}},
+		{name: "F7_new_instance_started_during_failsafe", load: 6*ttl + 6*time.Second, change: mayChange, renews: true,
+			config: withFailsafe(t, links),
+			fault: func(s *scenarioRun) {
+				killEtcd(s)
+				time.Sleep(ttl)
+				cfg := s.cfg
+				cfg.InstanceEndpoints = map[string][]string{"c7": {s.etcd.Addr(0), s.etcd.Addr(1), s.etcd.Addr(2)}}
+				newcomer := StartInstance(s.t, "c7", cfg)
+				s.load.add(newcomer)
+				s.survivors = append(append([]*Instance{}, s.fleet...), newcomer)
+				s.mark("newcomer")
+				time.Sleep(2 * ttl)
+				restartEtcd(s)
+				s.notes = append(s.notes, "c7 started 1 ttl into the outage")
+			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+				ridesOut(t, s, "restart")
+			}},
 		{name: "F6_etcd_back_for_the_followers_only", load: 8*ttl + 6*time.Second, change: mustChange, renews: true,
 			config: withFailsafe(t, links),
 			fault: func(s *scenarioRun) {
@@ -224,5 +294,26 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				ridesOut(t, s, "heal")
 			}},
+	}
+}
+
+// both applies a, then b.
+func both(a, b func(*Config)) func(*Config) {
+	return func(c *Config) { a(c); b(c) }
+}
+
+// outageServedByLeader checks an outage in a mode where followers refuse or redirect: the
+// leader admitted requests throughout, and whatever failed was refused by a follower, not
+// lost.
+func outageServedByLeader(t *testing.T, s *scenarioRun, rep *safetyReport) {
+	t.Helper()
+	if admitted, _ := countOutage(s, rep); admitted == 0 {
+		t.Error("nothing was admitted while etcd was down")
+	}
+	ridesOut(t, s, "restart")
+	for _, o := range s.load.results {
+		if o.Err != nil {
+			t.Errorf("request %s to %s got no answer: %v", o.ReqID, o.Target, o.Err)
+		}
 	}
 }

@@ -69,11 +69,15 @@ func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode string) *safetyE
 
 // startPGEnv starts a fleet of pgSafetyInstances in follower mode on server, its tables
 // and application names told apart by name, with extra added to every instance's store
-// config (disable_listen, say), and waits for a leader.
-func startPGEnv(t *testing.T, server *pgtest.Server, name, mode string, extra map[string]any) *safetyEnv {
+// config (disable_listen, say) and change applied to the fleet's config, and waits for a
+// leader.
+func startPGEnv(t *testing.T, server *pgtest.Server, name, mode string, extra map[string]any, change ...func(*Config)) *safetyEnv {
 	t.Helper()
 	env := &safetyEnv{t: t, backend: startBackend(t), links: map[string][]*faultproxy.Proxy{}}
 	env.cfg = Config{Follower: mode, Backend: env.backend.srv.URL, InstanceStore: map[string]map[string]any{}}
+	for _, c := range change {
+		c(&env.cfg)
+	}
 	for i := range pgSafetyInstances {
 		id := fmt.Sprintf("c%d", i) // StartFleet's ids
 		p, err := faultproxy.New(server.Addr())
