@@ -46,8 +46,9 @@ type Observation struct {
 	// then waits until every term it could not see is certainly over (see settle.go).
 	Prev int64
 	// PrevReleased is set with Prev when the store found, in the same request, that the
-	// holder of term Prev acknowledged its end (as Released would report): the new holder
-	// may admit at once, one round trip after the release it follows.
+	// holder of term Prev acknowledged its end (as Released would report, and it may
+	// consume the acknowledgement as Released does): the new holder may admit at once, one
+	// round trip after the release it follows.
 	PrevReleased bool
 	// Err is set (and nothing else) when a watch broke; the watcher must read the key again.
 	Err error

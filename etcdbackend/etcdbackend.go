@@ -324,7 +324,8 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpGet(last), clientv3.OpPut(key, string(value), clientv3.WithLease(clientv3.LeaseID(lease))), clientv3.OpPut(last, ""),
-			clientv3.OpGet(b.releasedPrefix(election), clientv3.WithPrefix(), clientv3.WithKeysOnly())).
+			clientv3.OpGet(b.releasedPrefix(election), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpDelete(b.releasedPrefix(election), clientv3.WithPrefix())).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
@@ -342,7 +343,9 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			o.Prev = kvs[0].ModRevision
 			// The acknowledgements still alive (each lives about a ttl): the previous
-			// term's among them proves it over without another round trip.
+			// term's among them proves it over without another round trip. They are
+			// consumed with it: no term before this one has a successor to wait any more
+			// but this one (which, for an older term it inherits, waits for the deadline).
 			ack := b.releasedKey(election, o.Prev)
 			for _, kv := range resp.Responses[3].GetResponseRange().GetKvs() {
 				o.PrevReleased = o.PrevReleased || string(kv.Key) == ack
