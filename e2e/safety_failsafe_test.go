@@ -113,11 +113,18 @@ func countOutage(s *scenarioRun, rep *safetyReport) (admitted, failed int) {
 	return admitted, failed
 }
 
-// admittedBetween counts the requests the backend saw admitted between from and until.
+// admittedBetween counts the requests the backend saw admitted between from and until: by
+// the time the admitted request left the gate (X-Admitted-At), which is no earlier than
+// its admission. A request that entered a gate during the window but was held there and
+// admitted only after it (by a term that began once the store was back) does not count.
 func admittedBetween(s *scenarioRun, from, until time.Time) int {
 	n := 0
 	for _, a := range s.backend.log() {
-		if a.Entered.After(from) && a.Entered.Before(until) {
+		at := a.Admitted
+		if at.IsZero() {
+			at = a.Entered
+		}
+		if a.Entered.After(from) && at.Before(until) {
 			n++
 		}
 	}

@@ -273,13 +273,7 @@ func safetyScenarios() []safetyScenario {
 		}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 			// Fail closed: nobody admits from one lease deadline after the outage began
 			// until etcd is back.
-			from, until := s.faultAt.Add(ttl), s.marks["restart"]
-			n := 0
-			for _, a := range s.backend.log() {
-				if a.Entered.After(from) && a.Entered.Before(until) {
-					n++
-				}
-			}
+			n := admittedBetween(s, s.faultAt.Add(ttl), s.marks["restart"])
 			if n > 0 {
 				t.Errorf("%d requests were admitted while etcd was down (from %v after the fault until the restart)", n, ttl)
 			}
