@@ -71,7 +71,7 @@ var benchFaultKinds = map[string]benchFault{
 		return true
 	}},
 	"resign": {"resign", func(t *testing.T, leader *Instance, _ []*Instance) bool {
-		adminPost(t, leader, "/leader/default/resign?hold_off=1s")
+		adminPost(t, leader, "/leader/default/resign?hold_off="+resignHoldOff.String())
 		return false
 	}},
 	"transfer": {"transfer", func(t *testing.T, leader *Instance, fleet []*Instance) bool {
@@ -80,6 +80,9 @@ var benchFaultKinds = map[string]benchFault{
 		return false
 	}},
 }
+
+// resignHoldOff is how long a resigning leader of the benchmark stays out of the election.
+const resignHoldOff = time.Second
 
 // adminPost sends a request to in's admin API in the background: the time counted is from
 // its sending, and the answer comes only once the handover is done.
@@ -220,6 +223,11 @@ func benchFailover(t *testing.T, f benchFault, ttl time.Duration, trials int) {
 		if trial == 1 {
 			t.Logf("timeline of trial 1, from the old leader's and the new leader's logs:\n%s",
 				timeline(fault, leader, instanceByID(fleet, s.Gated.Self)))
+		}
+		if f.name == "resign" {
+			// The resigner sits out its hold-off: let it end, so that the next trial's
+			// leader has two instances to hand over to, as the first had.
+			time.Sleep(resignHoldOff)
 		}
 		if gone {
 			// Replace the dead instance, so that every trial starts with three.
