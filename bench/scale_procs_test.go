@@ -75,6 +75,13 @@ func TestScaleProcesses(t *testing.T) {
 				// Each candidate keeps a pool (at most 4) and a LISTEN connection.
 				server := pgtest.StartWith(t, pgtest.Options{Settings: []string{
 					fmt.Sprintf("max_connections = %d", 6**procsCandidates+20)}})
+				// Hundreds of candidates creating the schema at once queue on catalog
+				// locks: it is created once here, and they skip it (skip_schema).
+				ddl, err := pgbackend.Schema("")
+				if err != nil {
+					t.Fatal(err)
+				}
+				server.Exec(t, ddl)
 				spec = "postgres " + server.DSN()
 				cost = func() map[string]float64 {
 					return map[string]float64{
@@ -235,7 +242,7 @@ func TestScaleChild(t *testing.T) {
 		var b elector.Backend
 		switch kind {
 		case "postgres":
-			b, err = pgbackend.New(pgbackend.Config{DSN: where, Logger: zap.NewNop()})
+			b, err = pgbackend.New(pgbackend.Config{DSN: where, SkipSchema: true, Logger: zap.NewNop()})
 		default:
 			b, err = etcdbackend.New(etcdbackend.Config{Endpoints: strings.Split(where, ","), Prefix: "/scale-procs/", DialTimeout: 5 * time.Second})
 		}
