@@ -192,41 +192,17 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 	return []safetyScenario{
 		{name: "F1_all_etcd_members_sigkill_10ttl_with_failsafe", load: outage + 6*time.Second, change: mayChange, noErrors: true, renews: true,
 			config: withFailsafe(t, links),
-			fault: func(s *scenarioRun) {
-				killEtcd(s)
-				time.Sleep(outage)
-				restartEtcd(s)
-			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+			fault:  etcdOutage(outage), check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				if admitted, _ := countOutage(s, rep); admitted == 0 {
 					t.Error("nothing was admitted while etcd was down")
 				}
 			}},
-		{name: "F1b_all_etcd_members_sigkill_10ttl_with_failsafe_reject", load: outage + 6*time.Second, change: mayChange, renews: true,
-			config: both(withFailsafe(t, links), func(c *Config) { c.Follower = "reject" }),
-			fault: func(s *scenarioRun) {
-				killEtcd(s)
-				time.Sleep(outage)
-				restartEtcd(s)
-			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
-				outageServedByLeader(t, s, rep)
-			}},
-		{name: "F1c_all_etcd_members_sigkill_10ttl_with_failsafe_redirect", load: outage + 6*time.Second, change: mayChange, renews: true,
-			config: both(withFailsafe(t, links), func(c *Config) { c.Follower = "redirect" }),
-			fault: func(s *scenarioRun) {
-				killEtcd(s)
-				time.Sleep(outage)
-				restartEtcd(s)
-			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
-				outageServedByLeader(t, s, rep)
-			}},
+		outageInMode("F1b_all_etcd_members_sigkill_10ttl_with_failsafe_reject", "reject", withFailsafe(t, links), outage),
+		outageInMode("F1c_all_etcd_members_sigkill_10ttl_with_failsafe_redirect", "redirect", withFailsafe(t, links), outage),
 		// After the outage a successor that cannot prove the old term over (no heartbeat
 		// seen since) waits a ttl: the load goes on long enough to see the new term.
 		{name: "F2_all_etcd_members_sigkill_10ttl_without_failsafe", load: outage + 10*time.Second, change: mustChange,
-			fault: func(s *scenarioRun) {
-				killEtcd(s)
-				time.Sleep(outage)
-				restartEtcd(s)
-			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+			fault: etcdOutage(outage), check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				if admitted, _ := countOutage(s, rep); admitted != 0 {
 					t.Errorf("%d requests were admitted while etcd was down, without failsafe", admitted)
 				}
@@ -329,4 +305,24 @@ func outageServedByLeader(t *testing.T, s *scenarioRun, rep *safetyReport) {
 			t.Errorf("request %s to %s got no answer: %v", o.ReqID, o.Target, o.Err)
 		}
 	}
+}
+
+// etcdOutage kills every etcd member, waits d and brings them back.
+func etcdOutage(d time.Duration) func(s *scenarioRun) {
+	return func(s *scenarioRun) {
+		killEtcd(s)
+		time.Sleep(d)
+		restartEtcd(s)
+	}
+}
+
+// outageInMode is F1 with the followers in mode (reject or redirect): the leader serves
+// throughout, and the followers answer as configured.
+func outageInMode(name, mode string, failsafe func(*Config), outage time.Duration) safetyScenario {
+	return safetyScenario{name: name, load: outage + 6*time.Second, change: mayChange, renews: true,
+		config: both(failsafe, func(c *Config) { c.Follower = mode }),
+		fault:  etcdOutage(outage),
+		check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+			outageServedByLeader(t, s, rep)
+		}}
 }

@@ -113,13 +113,7 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead 
 			if o.Holder == nil {
 				return nil // vacant: campaign at once
 			}
-			if !silent.Stop() {
-				select {
-				case <-silent.C:
-				default:
-				}
-			}
-			silent.Reset(e.silenceLeft())
+			silent.Reset(e.silenceLeft()) // since Go 1.23 a Reset timer delivers no stale tick
 		}
 	}
 }
