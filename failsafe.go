@@ -231,6 +231,15 @@ func (f *Failsafe) electorConfig() *elector.FailsafeConfig {
 	return &elector.FailsafeConfig{URL: f.URL, Timeout: time.Duration(f.Timeout), Transport: newFailsafeTransport()}
 }
 
+// fence is how a candidacy without failsafe mode fences another term's failsafe roster
+// (elector.Config.Fence); nil when it has failsafe mode of its own.
+func (f *Failsafe) fence() elector.FailsafeTransport {
+	if f != nil {
+		return nil
+	}
+	return newFailsafeTransport()
+}
+
 // Failsafe events, with the data election, self, token and reason (the cause, or why it
 // ended).
 const (

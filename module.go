@@ -116,8 +116,11 @@ type App struct {
 	StepDown *StepDown `json:"step_down_when_unhealthy,omitempty"`
 
 	// Failsafe, if set, lets the leader ride out an outage of the store while every live
-	// candidate confirms it (see Failsafe). Every instance of the fleet must set it.
-	// Default: off: without the store nobody leads.
+	// candidate confirms it (see Failsafe). Every instance of the fleet should set it:
+	// one without it never confirms, so with it in the roster no leader rides out an
+	// outage. An instance without it still respects another's failsafe: before it leads
+	// after a term that did not end cleanly, it has a member of that term's roster stop
+	// confirming it. Default: off: without the store nobody leads.
 	Failsafe *Failsafe `json:"failsafe,omitempty"`
 
 	candidate *elector.Candidate
@@ -192,6 +195,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			Priority:     a.electorPriority(),
 			Preempt:      a.Preempt,
 			Failsafe:     a.Failsafe.electorConfig(),
+			Fence:        a.Failsafe.fence(),
 		})
 		if err != nil {
 			return nil, err

@@ -153,18 +153,22 @@ func measureProcesses(t *testing.T, store, spec string, cost func() map[string]f
 	}
 	// agreed returns the one leader:token every candidate names, if there is one and
 	// exactly one candidate leads.
-	agreed := func() (string, bool) {
+	look := func() (map[string]int, []string) {
 		mu.Lock()
 		defer mu.Unlock()
-		names, leading := map[string]int{}, 0
+		names, leading := map[string]int{}, []string(nil)
 		for _, v := range views {
 			for k, c := range v.Names {
 				names[k] += c
 			}
-			leading += len(v.Leading)
+			leading = append(leading, v.Leading...)
 		}
+		return names, leading
+	}
+	agreed := func() (string, bool) {
+		names, leading := look()
 		for k, c := range names {
-			if c == n && leading == 1 {
+			if c == n && len(leading) == 1 {
 				return k, true
 			}
 		}
@@ -177,7 +181,9 @@ func measureProcesses(t *testing.T, store, spec string, cost func() map[string]f
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d candidates in %d processes did not agree on one leader", n, procs)
+			names, leading := look()
+			t.Fatalf("%d candidates in %d processes did not agree on one leader: they name %v (leader:token: candidates), and %v lead",
+				n, procs, names, leading)
 		}
 		select {
 		case <-changed:

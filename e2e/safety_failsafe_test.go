@@ -266,7 +266,7 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 				s.mark("newcomer")
 				time.Sleep(2 * ttl)
 				restartEtcd(s)
-				s.notes = append(s.notes, "c7 started 1 ttl into the outage")
+				s.notes = append(s.notes, "c7, without failsafe, started 1 ttl into the outage")
 			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				ridesOut(t, s, "restart")
 			}},

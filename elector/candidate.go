@@ -36,6 +36,13 @@ type Config struct {
 	// Failsafe, if set, lets a leader ride out an outage of the store while every peer
 	// confirms it (see failsafe.go).
 	Failsafe *FailsafeConfig
+	// Fence, for a candidate without Failsafe, is how it reaches the members of another
+	// term's failsafe roster: before a term of its own follows one that did not end
+	// provably (a crash, a key that expired), it has one of them promise to confirm that
+	// term no more (see proveNoFailsafe), since its leader may still be riding out an
+	// outage that this candidate never saw. Nil means no instance of the fleet runs
+	// failsafe mode.
+	Fence FailsafeTransport
 	// Now reads the clock; nil means time.Now. It must return times with a monotonic
 	// reading. Tests move it forward to simulate a pause.
 	Now func() time.Time

@@ -27,7 +27,7 @@ type Election struct {
 	mu        sync.Mutex         // serialises publishing and the fields below
 	changed   chan struct{}      // closed and replaced on every published change
 	endTerm   context.CancelFunc // ends the Context of the term this instance holds
-	handing   bool               // handing over: hold the key without admitting
+	handing   int64              // token of the term being handed over: it holds the key without admitting
 	holdUntil time.Time          // campaign no sooner than this (after a resign)
 	// standAsideFor names the instance a transfer goes to; until it is done (or times
 	// out) this instance does not campaign.

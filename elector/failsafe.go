@@ -95,10 +95,19 @@ func checkFailsafe(cfg Config) error {
 
 // failsafeTimeout is how long a question to a peer may take.
 func (c *Candidate) failsafeTimeout() time.Duration {
-	if t := c.cfg.Failsafe.Timeout; t > 0 {
-		return t
+	if f := c.cfg.Failsafe; f != nil && f.Timeout > 0 {
+		return f.Timeout
 	}
 	return c.cfg.TTL / 4
+}
+
+// fsTransport is how this candidate asks other instances: its failsafe's transport, or
+// the one it fences other terms' rosters with (nil if neither is set).
+func (c *Candidate) fsTransport() FailsafeTransport {
+	if f := c.cfg.Failsafe; f != nil {
+		return f.Transport
+	}
+	return c.cfg.Fence
 }
 
 // candidateFailsafe is a candidate's view of the store's reachability for failsafe.
@@ -254,7 +263,7 @@ func (c *Candidate) ask(ctx context.Context, url string, key []byte, m fsMessage
 	body, _ := json.Marshal(m) // strings and numbers always marshal
 	rctx, cancel := context.WithTimeout(ctx, c.failsafeTimeout())
 	defer cancel()
-	out, err := c.cfg.Failsafe.Transport.Ask(rctx, url, body)
+	out, err := c.fsTransport().Ask(rctx, url, body)
 	if err != nil {
 		return fsReply{}, err
 	}

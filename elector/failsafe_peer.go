@@ -231,10 +231,13 @@ func (e *Election) fence(m *fsMessage, now time.Time) fsReply {
 	return r
 }
 
-// startProofLocked makes this instance's new term token wait, before it admits, for the
-// proof that no older term still rides out a failsafe. e.mu is held.
-func (e *Election) startProofLocked(token int64) {
-	if e.c.cfg.Failsafe == nil {
+// startProofLocked makes this instance's new term token, which follows predecessor p,
+// wait before it admits for the proof that no older term still rides out a failsafe.
+// A candidate without failsafe mode of its own looks only when p is not proven stopped
+// already: a term that acknowledged its end rides out nothing, and every term before it
+// was proven stopped by its own successor. e.mu is held.
+func (e *Election) startProofLocked(token int64, p *predecessor) {
+	if e.c.cfg.Failsafe == nil && (e.c.cfg.Fence == nil || p.isProven()) {
 		return
 	}
 	e.fs.proving = token
@@ -251,6 +254,7 @@ func (e *Election) startProofLocked(token int64) {
 //     more, and what it confirmed last is waited out.
 func (e *Election) proveNoFailsafe(token int64) {
 	retry := newBackoff(50*time.Millisecond, min(time.Second, e.c.cfg.TTL/4))
+	warned := false
 	proven := func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -271,9 +275,15 @@ func (e *Election) proveNoFailsafe(token int64) {
 			}
 			continue
 		}
-		if r != nil && r.Token < token && r.Leader != e.c.cfg.ID && !r.has(e.c.cfg.ID) {
+		if r != nil && r.Token < token && r.Leader != e.c.cfg.ID && !r.has(e.c.cfg.ID) && len(r.Members) > 0 {
 			until, ok := e.fenceRoster(r, token)
 			if !ok {
+				if !warned {
+					warned = true
+					e.c.log().Warn("failsafe: no member of the previous term's roster answered a fence; this term admits nothing until one does. If that fleet is gone for good, delete the election's failsafe roster in the store",
+						zap.String("election", e.name), zap.Int64("token", token), zap.Int64("roster_token", r.Token),
+						zap.String("roster", rosterElection(e.name)))
+				}
 				if !retry.wait(e.c.ctx) {
 					return
 				}
@@ -340,4 +350,38 @@ func (e *Election) fenceRoster(r *fsRoster, token int64) (time.Time, bool) {
 			zap.String("election", e.name), zap.Int64("token", token), zap.Int64("roster_token", r.Token))
 	}
 	return best, found
+}
+
+// retireRoster runs for term t of a candidate without failsafe mode that fences other
+// terms' rosters (Config.Fence). Once t has settled, every older term is proven stopped,
+// so a roster older than t can no longer matter: t writes an empty roster of its own over
+// it, so that a later winner need not fence members that may be long gone (a fleet that
+// turned failsafe off, or was replaced since). Nothing is written when the newest roster
+// is empty already, or none exists.
+func (e *Election) retireRoster(t *Term) {
+	for {
+		changed := e.Changed()
+		cur := e.term.Load()
+		if cur.lease != t.lease || cur.Token != t.Token {
+			return
+		}
+		if !cur.Settling {
+			break
+		}
+		select {
+		case <-changed:
+		case <-t.end.Done():
+			return
+		}
+	}
+	r, err := e.latestRoster(t.end)
+	if err != nil || r == nil || len(r.Members) == 0 || r.Token >= t.Token {
+		return
+	}
+	entry, _ := json.Marshal(fsRoster{Token: t.Token, Leader: e.c.cfg.ID, MarkKey: t.Leader.MarkKey, TTL: t.lease.granted})
+	rctx, cancel := context.WithTimeout(t.end, e.c.requestTimeout)
+	defer cancel()
+	if err := e.c.cfg.Backend.AppendHistory(rctx, rosterElection(e.name), entry, rostersKept); err != nil && t.end.Err() == nil {
+		e.c.storeFailed("failsafe roster", err)
+	}
 }

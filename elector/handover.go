@@ -26,18 +26,22 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	if until := e.c.now().Add(holdOff); until.After(e.holdUntil) {
 		e.holdUntil = until
 	}
-	e.handing = true
 	if e.resignReason == "" {
 		e.resignReason = "resigned"
 	}
+	// Only this term drains: one the campaign loop wins once the release is through (a
+	// hold-off of zero) is a new term, and admits.
 	t := e.term.Load()
 	if t.lease != nil {
+		e.handing = t.Token
 		e.publishLocked(t.Leader, t.Token, t.lease, "handing over")
 	}
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
-		e.handing = false
+		if t.lease != nil && e.handing == t.Token {
+			e.handing = 0
+		}
 		e.resignReason = ""
 		e.mu.Unlock()
 	}()

@@ -22,7 +22,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		}
 		reason := "key vacant"
 		switch {
-		case old.lease != nil && e.handing:
+		case old.lease != nil && e.handing == old.Token:
 			reason = e.resignedReasonLocked() // our own release, seen through the watch first
 		case old.lease != nil:
 			reason = "key deleted"
@@ -30,7 +30,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		if old.LeaderKnown() || old.lease != nil || old.Reason == "starting" {
 			e.publishLocked(Record{}, 0, nil, reason)
 		}
-		if old.lease != nil && !e.handing {
+		if old.lease != nil && e.handing != old.Token {
 			e.acknowledgeEnd(old)
 		}
 		return
@@ -83,7 +83,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 			go e.settle(h.Token, p)
 		}
 		e.prev = observedTerm{} // over, once this term settles
-		e.startProofLocked(h.Token)
+		e.startProofLocked(h.Token, p)
 	}
 	var reason string
 	switch {
@@ -109,9 +109,11 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		go e.keepBeating(e.term.Load())
 		if e.c.cfg.Failsafe != nil {
 			go e.keepFailsafe(e.term.Load())
+		} else if e.c.cfg.Fence != nil {
+			go e.retireRoster(e.term.Load())
 		}
 	}
-	if old.lease != nil && mine == nil && !e.handing {
+	if old.lease != nil && mine == nil && e.handing != old.Token {
 		e.acknowledgeEnd(old)
 	}
 }
@@ -164,7 +166,7 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 		Self:      e.c.cfg.ID,
 		Leader:    leader,
 		Token:     token,
-		Draining:  held != nil && e.handing,
+		Draining:  held != nil && token == e.handing,
 		Settling:  held != nil && (token == e.settling || token == e.fs.proving),
 		Releasing: held != nil && token == e.releasing,
 		Reason:    reason,

@@ -40,6 +40,18 @@ func leadsThroughout(t *testing.T, m *electortest.Member, d time.Duration) {
 	}
 }
 
+// failsafeReady starts a fleet of n with failsafe mode over a mesh, on a store whose clock
+// runs, and waits until its leader leads a failsafe-ready term.
+func failsafeReady(t *testing.T, n int) (*electortest.Mesh, *electortest.Fleet, *electortest.Store, *electortest.Member, int64) {
+	t.Helper()
+	mesh := electortest.NewMesh()
+	f, s := meshedFleet(t, n, mesh)
+	keepTime(t, s)
+	leader, token := f.Leader(within)
+	rosterReady(t, f, leader, n)
+	return mesh, f, s, leader, token
+}
+
 // aPeer is a member of f other than leader.
 func aPeer(f *electortest.Fleet, leader *electortest.Member) *electortest.Member {
 	for _, m := range f.Members {
@@ -109,11 +121,7 @@ func TestFailsafeOutage(t *testing.T) {
 // One peer that cannot be reached ends the admission at once, and nobody leads until the
 // store is back.
 func TestFailsafeRefusalStopsAdmission(t *testing.T) {
-	mesh := electortest.NewMesh()
-	f, s := meshedFleet(t, 3, mesh)
-	keepTime(t, s)
-	leader, token := f.Leader(within)
-	rosterReady(t, f, leader, 3)
+	mesh, f, s, leader, token := failsafeReady(t, 3)
 	s.SetDown(errDown)
 	leadsThroughout(t, leader, ttl)
 	peer := aPeer(f, leader)
@@ -143,11 +151,7 @@ func TestFailsafeRefusalStopsAdmission(t *testing.T) {
 // A peer that keeps a term alive does not campaign, even when the store is back for it and
 // the key is vacant.
 func TestFailsafePeerDoesNotCampaignWhileConfirming(t *testing.T) {
-	mesh := electortest.NewMesh()
-	f, s := meshedFleet(t, 3, mesh)
-	keepTime(t, s)
-	leader, token := f.Leader(within)
-	rosterReady(t, f, leader, 3)
+	_, f, _, leader, token := failsafeReady(t, 3)
 	cutFromStore(f)
 	// The leader's lease runs out in the store; one peer gets the store back.
 	time.Sleep(ttl + ttl/2)
@@ -161,33 +165,28 @@ func TestFailsafePeerDoesNotCampaignWhileConfirming(t *testing.T) {
 
 // A newcomer that is not in the roster wins the vacant key while the old leader rides out
 // the outage: it admits only after a roster member promised to confirm the old term no
-// more and that member's last confirmation ran out, and the old leader stops first.
+// more and that member's last confirmation ran out, and the old leader stops first. A
+// newcomer without failsafe mode of its own (configured apart from the fleet) fences the
+// roster just the same.
 func TestFailsafeNewcomerWaitsForFence(t *testing.T) {
-	mesh := electortest.NewMesh()
-	f, s := meshedFleet(t, 2, mesh)
-	keepTime(t, s)
-	leader, token := f.Leader(within)
-	rosterReady(t, f, leader, 2)
+	for _, tc := range []struct {
+		name      string
+		configure func(*elector.Config, *electortest.Mesh)
+	}{
+		{"with_failsafe", func(c *elector.Config, mesh *electortest.Mesh) {
+			c.Failsafe = &elector.FailsafeConfig{URL: electortest.MeshURL(c.ID), Transport: mesh.From(c.ID)}
+		}},
+		{"without_failsafe", fenceOnly},
+	} {
+		t.Run(tc.name, func(t *testing.T) { newcomerWaitsForFence(t, tc.configure) })
+	}
+}
+
+func newcomerWaitsForFence(t *testing.T, configure func(*elector.Config, *electortest.Mesh)) {
+	mesh, f, s, leader, token := failsafeReady(t, 2)
 	cutFromStore(f)
 	time.Sleep(ttl + ttl/2) // the old leader's lease runs out in the store
-	c, err := elector.NewCandidate(elector.Config{
-		ID: "newcomer", TTL: ttl, Backend: s.Client(), Now: s.Now,
-		Logger:   zaptest.NewLogger(t).Named("newcomer"),
-		Failsafe: &elector.FailsafeConfig{URL: electortest.MeshURL("newcomer"), Transport: mesh.From("newcomer")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mesh.Add("newcomer", c)
-	e := c.Election("main")
-	c.Start()
-	e.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), within)
-		defer cancel()
-		c.Release(e)
-		_ = c.Close(ctx)
-	})
+	e, _ := startNewcomer(t, s, mesh, "newcomer", configure)
 	won := time.Now()
 	var both int
 	for time.Since(won) < 4*ttl {
@@ -208,6 +207,63 @@ func TestFailsafeNewcomerWaitsForFence(t *testing.T) {
 	}
 	if got := e.Term().Token; got <= token {
 		t.Fatalf("newcomer's token %d not above %d", got, token)
+	}
+}
+
+// startNewcomer starts candidate id of election "main" on s, reachable on mesh, configured
+// by configure; it returns its election and its store client.
+func startNewcomer(t *testing.T, s *electortest.Store, mesh *electortest.Mesh, id string,
+	configure func(*elector.Config, *electortest.Mesh)) (*elector.Election, *electortest.Client) {
+	t.Helper()
+	sc := s.Client()
+	cfg := elector.Config{
+		ID: id, TTL: ttl, Backend: sc, Now: s.Now,
+		Logger: zaptest.NewLogger(t).Named(id),
+	}
+	configure(&cfg, mesh)
+	c, err := elector.NewCandidate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mesh.Add(id, c)
+	e := c.Election("main")
+	c.Start()
+	e.Start()
+	t.Cleanup(func() {
+		sc.SetDown(nil)
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		c.Release(e)
+		_ = c.Close(ctx)
+	})
+	return e, sc
+}
+
+// fenceOnly configures a candidate without failsafe mode that fences other terms' rosters.
+func fenceOnly(c *elector.Config, mesh *electortest.Mesh) { c.Fence = mesh.From(c.ID) }
+
+// A term of a candidate without failsafe mode retires the failsafe roster once it has
+// settled: after the fleet that wrote it is gone, a crash of that leader is followed by a
+// successor that need not (and could not) fence anyone.
+func TestFailsafeRosterRetiredBySettledTerm(t *testing.T) {
+	mesh, f, s, _, _ := failsafeReady(t, 2)
+	first, firstClient := startNewcomer(t, s, mesh, "first", fenceOnly)
+	for _, m := range f.Members { // the failsafe fleet leaves for good
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		m.Candidate.Release(m.Election)
+		_ = m.Candidate.Close(ctx)
+		cancel()
+	}
+	f.Await("the newcomer leading", within, func() bool { _, ok := first.Check(); return ok })
+	time.Sleep(ttl / 2)          // its roster write
+	firstClient.SetDown(errDown) // it crashes, as far as the store can tell
+	second, _ := startNewcomer(t, s, mesh, "second", fenceOnly)
+	f.Await("a successor of the crashed newcomer leading", 3*within, func() bool {
+		_, ok := second.Check()
+		return ok
+	})
+	if _, ok := first.Check(); ok {
+		t.Fatal("the crashed newcomer still admits beside its successor")
 	}
 }
 
