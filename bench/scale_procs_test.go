@@ -63,6 +63,7 @@ const (
 type childView struct {
 	Names   map[string]int `json:"names"`   // "leader:token" -> candidates naming it
 	Leading []string       `json:"leading"` // candidates that would admit now
+	Why     map[string]int `json:"why"`     // the reasons of those that name no leader
 }
 
 func TestScaleProcesses(t *testing.T) {
@@ -153,20 +154,23 @@ func measureProcesses(t *testing.T, store, spec string, cost func() map[string]f
 	}
 	// agreed returns the one leader:token every candidate names, if there is one and
 	// exactly one candidate leads.
-	look := func() (map[string]int, []string) {
+	look := func() (map[string]int, []string, map[string]int) {
 		mu.Lock()
 		defer mu.Unlock()
-		names, leading := map[string]int{}, []string(nil)
+		names, leading, why := map[string]int{}, []string(nil), map[string]int{}
 		for _, v := range views {
 			for k, c := range v.Names {
 				names[k] += c
 			}
+			for k, c := range v.Why {
+				why[k] += c
+			}
 			leading = append(leading, v.Leading...)
 		}
-		return names, leading
+		return names, leading, why
 	}
 	agreed := func() (string, bool) {
-		names, leading := look()
+		names, leading, _ := look()
 		for k, c := range names {
 			if c == n && len(leading) == 1 {
 				return k, true
@@ -181,9 +185,9 @@ func measureProcesses(t *testing.T, store, spec string, cost func() map[string]f
 			break
 		}
 		if time.Now().After(deadline) {
-			names, leading := look()
-			t.Fatalf("%d candidates in %d processes did not agree on one leader: they name %v (leader:token: candidates), and %v lead",
-				n, procs, names, leading)
+			names, leading, why := look()
+			t.Fatalf("%d candidates in %d processes did not agree on one leader: they name %v (leader:token: candidates), %v lead, and those naming none say why: %v",
+				n, procs, names, leading, why)
 		}
 		select {
 		case <-changed:
@@ -248,7 +252,7 @@ func TestScaleChild(t *testing.T) {
 		var b elector.Backend
 		switch kind {
 		case "postgres":
-			b, err = pgbackend.New(pgbackend.Config{DSN: where, SkipSchema: true, Logger: zap.NewNop()})
+			b, err = pgbackend.New(pgbackend.Config{DSN: where, SkipSchema: true, Logger: scaleLogger()})
 		default:
 			b, err = etcdbackend.New(etcdbackend.Config{Endpoints: strings.Split(where, ","), Prefix: "/scale-procs/", DialTimeout: 5 * time.Second})
 		}
@@ -256,7 +260,7 @@ func TestScaleChild(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := fmt.Sprintf("c%03d", i)
-		c, err := elector.NewCandidate(elector.Config{ID: id, URL: "http://" + id + ".test:8080", TTL: ttl, DrainTimeout: time.Second, Backend: b})
+		c, err := elector.NewCandidate(elector.Config{ID: id, URL: "http://" + id + ".test:8080", TTL: ttl, DrainTimeout: time.Second, Backend: b, Logger: scaleLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,14 +291,31 @@ func TestScaleChild(t *testing.T) {
 			return
 		case <-tick.C:
 		}
-		v := childView{Names: map[string]int{}}
+		v := childView{Names: map[string]int{}, Why: map[string]int{}}
 		for _, e := range elections {
 			tm, leading := e.Check()
 			v.Names[fmt.Sprintf("%s:%d", tm.Leader.ID, tm.Token)]++
+			if !tm.LeaderKnown() {
+				v.Why[tm.Reason]++
+			}
 			if leading {
 				v.Leading = append(v.Leading, tm.Self)
 			}
 		}
 		_ = enc.Encode(v)
 	}
+}
+
+// scaleLogger is a child's logger: its warnings and errors (a store request failing, say)
+// go to its standard error, which the parent passes on.
+func scaleLogger() *zap.Logger {
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(zap.WarnLevel)
+	cfg.DisableStacktrace = true
+	cfg.Sampling = nil
+	l, err := cfg.Build()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return l
 }
