@@ -92,6 +92,29 @@ func (h *harness) ctx() context.Context {
 	return ctx
 }
 
+// keepAlive renews lease on b every third of ttl until the test ends, for a test whose
+// steps may together outlast one ttl (a polling store reports each within a poll interval).
+func (h *harness) keepAlive(b elector.Backend, lease elector.LeaseID, ttl time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	h.t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(ttl / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				rctx, rcancel := context.WithTimeout(ctx, ttl/3)
+				_, _ = b.Renew(rctx, lease) // a failure shows as the test's own error
+				rcancel()
+			}
+		}
+	}()
+}
+
 // client returns a new client with a granted lease.
 func (h *harness) client() (elector.Backend, elector.LeaseID, time.Duration) {
 	h.t.Helper()
@@ -478,8 +501,10 @@ func updateGuarded(t *testing.T, h *harness) {
 }
 
 func watchOrder(t *testing.T, h *harness) {
-	a, la, _ := h.client()
-	b, lb, _ := h.client()
+	a, la, ttlA := h.client()
+	b, lb, ttlB := h.client()
+	h.keepAlive(a, la, ttlA)
+	h.keepAlive(b, lb, ttlB)
 	o := h.win(a, la, "a")
 	changes := h.watch(b, o.Revision)
 	rev := o.Revision
