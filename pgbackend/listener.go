@@ -103,9 +103,8 @@ func (l *listener) run(ctx context.Context) {
 
 // listen connects, LISTENs, and relays notifications until the connection fails.
 func (l *listener) listen(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.ConnectConfig(cctx, l.cfg)
-	cancel()
+	conn, err := pgx.ConnectConfig(ctx, l.cfg) // bounded by the config's ConnectTimeout
+
 	if err != nil {
 		return err
 	}
