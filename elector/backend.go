@@ -157,8 +157,10 @@ type Backend interface {
 	// SetIntent publishes a request to the election's candidates (resign, transfer),
 	// replacing any earlier one; it disappears by itself after ttl (by the store's clock).
 	SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error
-	// ClearIntent deletes the election's intent.
-	ClearIntent(ctx context.Context, election string) error
+	// ClearIntent deletes the election's intent if it still holds value (whatever it
+	// holds, if value is nil): the instance that acted on an intent clears that one, and
+	// an intent set since, for the next handover, stays.
+	ClearIntent(ctx context.Context, election string, value []byte) error
 	// WatchIntent reports the election's current intent (nil when there is none) and
 	// every later change, until ctx ends (the channel is then closed) or the watch breaks
 	// (one IntentChange with Err, then the channel is closed).

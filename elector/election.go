@@ -58,9 +58,10 @@ type Election struct {
 	// may still replay earlier writes of that term's key (its heartbeats), which must not
 	// make the term look held again.
 	letGo int64
-	// transferHere is set while a transfer to this instance is pending: winning the key
-	// completes it, and the intent is then cleared so that the others campaign again.
-	transferHere bool
+	// transferHere is the intent of a transfer to this instance while it is pending:
+	// winning the key completes it, and that intent is then cleared so that the others
+	// campaign again.
+	transferHere []byte
 
 	fs electionFailsafe
 

@@ -73,7 +73,14 @@ func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duratio
 		return nil
 	}
 	in := intent{Action: intentTransfer, To: to, From: e.c.cfg.ID}
+	// Stand aside before the leader can act on the intent: this instance's own watch
+	// of it may come after the leader's, and then after the key's vacancy, which it
+	// would campaign on (and win, leaving the transfer to take one more hop).
+	if to != e.c.cfg.ID {
+		e.setStandAside(to)
+	}
 	if err := e.setIntent(ctx, in, timeout); err != nil {
+		e.setStandAside("")
 		return err
 	}
 	wait, cancel := context.WithTimeout(ctx, timeout)
@@ -119,7 +126,7 @@ func (e *Election) applyIntent(ctx context.Context, value []byte) {
 	if value == nil {
 		e.setStandAside("")
 		e.mu.Lock()
-		e.transferHere = false
+		e.transferHere = nil
 		e.mu.Unlock()
 		return
 	}
@@ -133,7 +140,7 @@ func (e *Election) applyIntent(ctx context.Context, value []byte) {
 	case intentResign:
 		if t.Holds() && (in.Token == 0 || in.Token == t.Token) {
 			e.c.log().Info("resigning on request", zap.String("election", e.name), zap.String("requested_by", in.From))
-			go e.resignOnRequest(ctx, in.HoldOff, "resigned")
+			go e.resignOnRequest(ctx, in.HoldOff, "resigned", value)
 		}
 	case intentTransfer:
 		if in.To == e.c.cfg.ID {
@@ -142,10 +149,13 @@ func (e *Election) applyIntent(ctx context.Context, value []byte) {
 			// instance holds the key already, or winning it will see transferHere.
 			e.mu.Lock()
 			there := e.term.Load().Holds()
-			e.transferHere = !there
+			e.transferHere = nil
+			if !there {
+				e.transferHere = value
+			}
 			e.mu.Unlock()
 			if there {
-				e.clearIntent(ctx)
+				e.clearIntent(ctx, value)
 			}
 			return
 		}
@@ -156,13 +166,13 @@ func (e *Election) applyIntent(ctx context.Context, value []byte) {
 		if t.Holds() {
 			e.c.log().Info("transferring leadership on request", zap.String("election", e.name),
 				zap.String("to", in.To), zap.String("requested_by", in.From))
-			go e.resignOnRequest(ctx, 0, "transferred")
+			go e.resignOnRequest(ctx, 0, "transferred", value)
 		}
 	}
 }
 
-// resignOnRequest resigns for an intent and then removes the intent, so it is acted on once.
-func (e *Election) resignOnRequest(ctx context.Context, holdOff time.Duration, reason string) {
+// resignOnRequest resigns for intent value and then removes it, so it is acted on once.
+func (e *Election) resignOnRequest(ctx context.Context, holdOff time.Duration, reason string, value []byte) {
 	rctx, cancel := context.WithTimeout(ctx, e.c.HandoverTimeout())
 	defer cancel()
 	e.mu.Lock()
@@ -172,14 +182,15 @@ func (e *Election) resignOnRequest(ctx context.Context, holdOff time.Duration, r
 		return
 	}
 	if reason == "resigned" {
-		e.clearIntent(ctx)
+		e.clearIntent(ctx, value)
 	}
 }
 
-func (e *Election) clearIntent(ctx context.Context) {
+// clearIntent deletes intent value, once acted on; a newer one stays.
+func (e *Election) clearIntent(ctx context.Context, value []byte) {
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
-	_ = e.c.cfg.Backend.ClearIntent(rctx, e.name)
+	_ = e.c.cfg.Backend.ClearIntent(rctx, e.name, value)
 }
 
 // setStandAside makes this instance stay out of the election while another one is being

@@ -91,9 +91,9 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		reason = "leader record updated"
 	case mine != nil:
 		reason = "elected"
-		if e.transferHere {
-			e.transferHere = false
-			go e.clearIntent(e.c.ctx)
+		if v := e.transferHere; v != nil {
+			e.transferHere = nil
+			go e.clearIntent(e.c.ctx, v)
 		}
 	case old.lease != nil:
 		reason = "key taken over"

@@ -1,6 +1,7 @@
 package etcdbackend
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -97,8 +98,9 @@ func (b *Backend) SetIntent(ctx context.Context, election string, value []byte, 
 
 // ClearIntent implements elector.Backend. It revokes the intent's own lease, which deletes
 // the intent with it, rather than leaving the lease to run out its ttl: intents are set
-// every handover, and their leases would otherwise pile up in etcd.
-func (b *Backend) ClearIntent(ctx context.Context, election string) error {
+// every handover, and their leases would otherwise pile up in etcd. A newer intent put
+// after the read has a lease of its own, which the revoke leaves alone.
+func (b *Backend) ClearIntent(ctx context.Context, election string, value []byte) error {
 	cli, err := b.client(ctx)
 	if err != nil {
 		return err
@@ -112,11 +114,17 @@ func (b *Backend) ClearIntent(ctx context.Context, election string) error {
 	if err := b.checked(at, resp.Header); err != nil {
 		return err
 	}
-	if len(resp.Kvs) > 0 && resp.Kvs[0].Lease != 0 {
+	if len(resp.Kvs) == 0 || value != nil && !bytes.Equal(resp.Kvs[0].Value, value) {
+		return nil // gone already, or another intent now
+	}
+	if resp.Kvs[0].Lease != 0 {
 		// A newer intent set meanwhile has a lease of its own and stays.
 		return b.Revoke(ctx, elector.LeaseID(resp.Kvs[0].Lease))
 	}
-	del, err := cli.Delete(leaderCtx(ctx), key)
+	// Without a lease (written by hand): delete it only if it is still the one read.
+	del, err := cli.Txn(leaderCtx(ctx)).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpDelete(key)).Commit()
 	if err != nil {
 		return b.describe(err)
 	}

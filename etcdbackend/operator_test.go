@@ -239,7 +239,7 @@ func TestClearedIntentsLeaveNoLease(t *testing.T) {
 		if err := b.SetIntent(ctx, "intents", []byte(`{"action":"resign"}`), time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.ClearIntent(ctx, "intents"); err != nil {
+		if err := b.ClearIntent(ctx, "intents", nil); err != nil {
 			t.Fatal(err)
 		}
 	}

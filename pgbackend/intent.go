@@ -70,11 +70,12 @@ ON CONFLICT (election) DO UPDATE
 }
 
 // ClearIntent implements elector.Backend.
-func (b *Backend) ClearIntent(ctx context.Context, election string) error {
+func (b *Backend) ClearIntent(ctx context.Context, election string, value []byte) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
-	_, err := b.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE election = $1`, b.names.intents), election)
+	_, err := b.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE election = $1 AND ($2::bytea IS NULL OR value = $2)`,
+		b.names.intents), election, value)
 	return b.describe(err)
 }
 

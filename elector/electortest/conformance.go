@@ -584,7 +584,20 @@ func intents(t *testing.T, h *harness) {
 			t.Fatalf("intent watch reports %q, want %q", c.Value, v)
 		}
 	}
-	if err := a.ClearIntent(h.ctx(), h.election); err != nil {
+	// Clearing an intent that was replaced since spares the newer one.
+	if err := a.ClearIntent(h.ctx(), h.election, []byte(`{"resign":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	fresh := b.WatchIntent(ctx, h.election)
+	select {
+	case c := <-fresh:
+		if c.Err != nil || string(c.Value) != `{"transfer":"b"}` {
+			t.Fatalf("after clearing the replaced intent a new watch reports %q (%v), want the newer one", c.Value, c.Err)
+		}
+	case <-time.After(reportWithin):
+		t.Fatalf("a new intent watch reported nothing within %s", reportWithin)
+	}
+	if err := a.ClearIntent(h.ctx(), h.election, []byte(`{"transfer":"b"}`)); err != nil {
 		t.Fatal(err)
 	}
 	if c := next(); c.Value != nil {

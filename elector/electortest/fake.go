@@ -3,6 +3,7 @@
 package electortest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sort"
@@ -594,12 +595,14 @@ func (c *Client) SetIntent(ctx context.Context, election string, value []byte, t
 }
 
 // ClearIntent implements elector.Backend.
-func (c *Client) ClearIntent(ctx context.Context, election string) error {
+func (c *Client) ClearIntent(ctx context.Context, election string, value []byte) error {
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
 	defer c.s.mu.Unlock()
-	c.s.clearIntentLocked(election)
+	if in, ok := c.s.intents[election]; ok && (value == nil || bytes.Equal(in.value, value)) {
+		c.s.clearIntentLocked(election)
+	}
 	return nil
 }
 

@@ -108,7 +108,7 @@ func TestLeastRBAC(t *testing.T) {
 		{"create", func(b *Backend) error { _, _, err := b.Grant(ctx, 5*time.Second); return err }},
 		{"list", func(b *Backend) error { _, err := b.Observe(ctx, "rbac"); return err }},
 		{"get", func(b *Backend) error { _, err := b.History(ctx, "rbac"); return err }},
-		{"delete", func(b *Backend) error { return b.ClearIntent(ctx, "rbac") }},
+		{"delete", func(b *Backend) error { return b.ClearIntent(ctx, "rbac", nil) }},
 		{"update", func(b *Backend) error { return b.AppendHistory(ctx, "rbac", []byte("x"), 5) }},
 		{"watch", func(b *Backend) error {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)

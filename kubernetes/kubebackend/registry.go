@@ -1,6 +1,7 @@
 package kubebackend
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -171,14 +172,30 @@ func (b *Backend) SetIntent(ctx context.Context, election string, value []byte, 
 	})
 }
 
-// ClearIntent implements elector.Backend.
-func (b *Backend) ClearIntent(ctx context.Context, election string) error {
+// ClearIntent implements elector.Backend: the delete is conditional on the
+// resourceVersion read, so an intent written since stays.
+func (b *Backend) ClearIntent(ctx context.Context, election string, value []byte) error {
 	leases, err := b.client()
 	if err != nil {
 		return err
 	}
-	err = leases.Delete(ctx, b.intentName(election), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	opts := metav1.DeleteOptions{}
+	if value != nil {
+		obj, err := leases.Get(ctx, b.intentName(election), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return b.describe("get", err)
+		}
+		if v, _ := base64.StdEncoding.DecodeString(obj.Annotations[annValue]); !bytes.Equal(v, value) {
+			return nil // another intent now
+		}
+		rv := obj.ResourceVersion
+		opts.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
+	}
+	err = leases.Delete(ctx, b.intentName(election), opts)
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return b.describe("delete", err)
 	}
 	return nil
