@@ -36,9 +36,10 @@ func OperatorFault[S any](cut bool, act func(s *Run[S]) error) func(s *Run[S]) {
 		if token <= s.Token {
 			s.T.Errorf("after the operator's act, %s leads with token %d, not newer than the old term's %d", next, token, s.Token)
 		}
-		if o := s.Post(next, "/gated/after", "after"); o.Status != http.StatusOK {
+		id := fmt.Sprintf("after-%d", token) // a fleet may go through several scenarios
+		if o := s.Post(next, "/gated/after", id); o.Status != http.StatusOK {
 			s.T.Errorf("new leader %s: /gated/after = %d, %v; want 200", next, o.Status, o.Err)
-		} else if a := s.WaitArrival("after", 5*time.Second, false); a.Token != token || a.ServedBy != next.ID {
+		} else if a := s.WaitArrival(id, 5*time.Second, false); a.Token != token || a.ServedBy != next.ID {
 			s.T.Errorf("new leader %s (token %d): /gated/after arrived from %s with token %d", next, token, a.ServedBy, a.Token)
 		}
 		s.Notes = append(s.Notes, fmt.Sprintf("%s:%d leads afterwards", next, token))
