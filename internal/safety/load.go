@@ -28,17 +28,19 @@ type Outcome struct {
 // shutting down) is retried on the next instance, as a load balancer does: the request was
 // never sent. Anything else is the request's outcome.
 type LoadRun struct {
-	fleet   []*fleet.Instance
-	client  *http.Client
-	down    sync.Map // *fleet.Instance -> true once the test stopped it
-	next    atomic.Int64
-	wg      sync.WaitGroup
-	mu      sync.Mutex
+	fleet  []*fleet.Instance
+	client *http.Client
+	down   sync.Map // *fleet.Instance -> true once the test stopped it
+	next   atomic.Int64
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	// Results are the outcomes of the requests Run sent; read them once Run has returned.
 	Results []Outcome
 }
 
-func NewLoadRun(fleet []*fleet.Instance, client *http.Client) *LoadRun {
-	return &LoadRun{fleet: fleet, client: client}
+// NewLoadRun returns a load that sends to the instances of fl with client.
+func NewLoadRun(fl []*fleet.Instance, client *http.Client) *LoadRun {
+	return &LoadRun{fleet: fl, client: client}
 }
 
 // MarkDown takes an instance out of the rotation, as a load balancer's health check would.

@@ -159,12 +159,12 @@ func (env *Env[S]) WaitArrival(id string, within time.Duration, done bool) Arriv
 // Run is one scenario in progress.
 type Run[S any] struct {
 	*Env[S]
-	Load      *LoadRun
-	FaultAt   time.Time
-	Survivors []*fleet.Instance // the instances that must agree on a leader at the end
-	Extra     []Outcome         // client requests sent besides the load
-	Marks     map[string]time.Time
-	Notes     []string
+	Load      *LoadRun             // the clients' load
+	FaultAt   time.Time            // when the fault began
+	Survivors []*fleet.Instance    // the instances that must agree on a leader at the end
+	Extra     []Outcome            // client requests sent besides the load
+	Marks     map[string]time.Time // see Mark
+	Notes     []string             // the results table's notes, when a check sets none
 }
 
 // Mark records the time of a named moment of the fault, for its checks.
@@ -181,7 +181,7 @@ const (
 
 // Scenario is one fault and what to check of it.
 type Scenario[S any] struct {
-	Name string
+	Name string        // the subtest's and the results table's
 	Load time.Duration // how long the clients send, from the warmup before the fault
 	// Warmup is how long the clients send before the fault; 0 means DefaultWarmup.
 	Warmup time.Duration
@@ -195,7 +195,8 @@ type Scenario[S any] struct {
 	// NoErrors: every client request must be answered 200 (no fault, or a graceful one).
 	NoErrors bool
 	Change   Change
-	Config   func(*fleet.Config)
+	// Config changes the fleet's configuration, where a test starts a fleet per scenario.
+	Config func(*fleet.Config)
 	// Fault strikes at the end of the warmup and returns when it and its repair are done.
 	Fault func(s *Run[S])
 	// Check makes the scenario's own checks of the report.
