@@ -21,7 +21,7 @@ func TestAdminAPI(t *testing.T) {
 	rest := others(fleet, leader)
 
 	t.Run("status_lists_the_election", func(t *testing.T) {
-		resp, err := rest[0].admin(http.MethodGet, "/leader/", nil)
+		resp, err := rest[0].Admin(http.MethodGet, "/leader/", nil)
 		if err != nil || resp.Status != http.StatusOK {
 			t.Fatalf("GET /leader/: %v %d", err, resp.Status)
 		}
@@ -33,7 +33,7 @@ func TestAdminAPI(t *testing.T) {
 	})
 
 	t.Run("transfer_to_an_unknown_instance_is_refused", func(t *testing.T) {
-		resp, err := rest[0].admin(http.MethodPost, "/leader/default/transfer?to=nobody", nil)
+		resp, err := rest[0].Admin(http.MethodPost, "/leader/default/transfer?to=nobody", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestAdminAPI(t *testing.T) {
 
 	t.Run("transfer_sent_to_a_follower_moves_leadership_to_the_named_instance", func(t *testing.T) {
 		target := rest[1]
-		resp, err := rest[0].admin(http.MethodPost, "/leader/default/transfer?to="+target.ID+"&timeout=10s", nil)
+		resp, err := rest[0].Admin(http.MethodPost, "/leader/default/transfer?to="+target.ID+"&timeout=10s", nil)
 		if err != nil || resp.Status != http.StatusOK {
 			t.Fatalf("transfer: %v %d %s", err, resp.Status, resp.Body)
 		}
@@ -57,7 +57,7 @@ func TestAdminAPI(t *testing.T) {
 
 	t.Run("resign_sent_to_a_follower_is_relayed_to_the_leader", func(t *testing.T) {
 		follower := others(fleet, leader)[0]
-		resp, err := follower.admin(http.MethodPost, "/leader/default/resign?hold_off=30s", nil)
+		resp, err := follower.Admin(http.MethodPost, "/leader/default/resign?hold_off=30s", nil)
 		if err != nil || resp.Status != http.StatusAccepted {
 			t.Fatalf("resign through a follower: %v %d %s", err, resp.Status, resp.Body)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/failover"
 )
 
 var benchReloads = flag.Int("bench.reloads", 20, "reloads of the leader to time")
@@ -64,5 +65,5 @@ func TestBenchReload(t *testing.T) {
 		t.Errorf("after %d reloads %s leads with token %d, want %s with token %d", *benchReloads, final, finalToken, leader, token)
 	}
 	t.Logf("RESULT %d reloads of leader %s (POST /load until it answers): %s; leader and token after: %s %d (before: %s %d); connections Caddy dropped during the checks after a reload (retried): %d",
-		*benchReloads, leader, summary(took), final, finalToken, leader, token, drops)
+		*benchReloads, leader, failover.Summary(took), final, finalToken, leader, token, drops)
 }

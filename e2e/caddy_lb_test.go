@@ -43,8 +43,8 @@ func startCaddyLB(t *testing.T, fleet []*Instance) string {
 		fmt.Sprintf("LB_PORT=%d", ports[0]),
 		"UPSTREAMS=" + strings.Join(upstreams, " "),
 	}
-	if err := lb.launch(env, "run", "--adapter", "caddyfile", "--config", caddyfile); err != nil {
-		t.Fatalf("the load balancer: %v\n--- log ---\n%s", err, lb.tail())
+	if err := lb.Launch(caddyBin, env, "run", "--adapter", "caddyfile", "--config", caddyfile); err != nil {
+		t.Fatalf("the load balancer: %v\n--- log ---\n%s", err, lb.Tail())
 	}
 	return lb.URL()
 }

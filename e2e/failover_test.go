@@ -76,7 +76,7 @@ func TestFailover(t *testing.T) {
 
 		stopped := time.Now()
 		old.Stop()
-		t.Cleanup(func() { _ = old.cmd.Process.Signal(syscall.SIGCONT) }) // let cleanup's SIGKILL land on a live process too
+		t.Cleanup(func() { _ = old.Process().Signal(syscall.SIGCONT) }) // let cleanup's SIGKILL land on a live process too
 		poller := StartPoller(rest)
 		s := poller.WaitServed(t, ttl+2*time.Second, "other than the frozen leader", func(s Served) bool { return s.Gated.Token > oldToken })
 		poller.Stop()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/safety"
 )
 
 // TestForwardAfterRestartOfTheLeader: the leader is killed and started again at once with
@@ -29,9 +30,9 @@ import (
 func TestForwardAfterRestartOfTheLeader(t *testing.T) {
 	needCaddy(t)
 	etcd := etcdtest.Start(t, 1)
-	backend := startBackend(t)
+	backend := safety.StartBackend(t)
 	// A long ttl, so that the new process is up well before the old lease runs out.
-	cfg := Config{Endpoints: etcd.Endpoints(), Follower: "forward", Backend: backend.srv.URL, AccessLog: true, TTL: "8s"}
+	cfg := Config{Endpoints: etcd.Endpoints(), Follower: "forward", Backend: backend.Server.URL, AccessLog: true, TTL: "8s"}
 	fleet := StartFleet(t, 3, cfg)
 	leader, token := WaitStableLeader(t, fleet, electTimeout)
 	peer := others(fleet, leader)[0]
@@ -39,10 +40,10 @@ func TestForwardAfterRestartOfTheLeader(t *testing.T) {
 	leader.Kill()
 	again := newInstance(t, leader.ID, leader.HTTPPort, leader.AdminPort)
 	configPath := filepath.Join(again.Dir, "caddy.json")
-	if err := os.WriteFile(configPath, cfg.JSON(again.Instance), 0o600); err != nil {
+	if err := os.WriteFile(configPath, cfg.JSON(again), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := again.launch(nil, "run", "--config", configPath); err != nil {
+	if err := again.Launch(caddyBin, nil, "run", "--config", configPath); err != nil {
 		t.Fatal(err)
 	}
 	if w, err := peer.Whoami(); err != nil || w.Token != token {
@@ -114,8 +115,8 @@ func TestForwardAfterRestartOfTheLeader(t *testing.T) {
 		t.Errorf("a request travelled through %d instances in a row, want at most 2 (one hop)", worstChain)
 	}
 	t.Logf("MEASURED restart of the leader in forward mode: %d client requests, outcomes by status %v; handled %d times in all (at most %d times for one client request), longest chain %d instances",
-		len(results), summarize(results), total, worstHandled, worstChain)
-	checkServedOnce(t, results, backend.log())
+		len(results), safety.Summarize(results), total, worstHandled, worstChain)
+	checkServedOnce(t, results, backend.Log())
 }
 
 // sendGated sends one gated POST to in with request id id.
@@ -146,11 +147,11 @@ func accessLogHops(t *testing.T, ins []*Instance) map[string][]hop {
 	out := map[string][]hop{}
 	seen := map[string]bool{} // a restarted instance may share nothing, or its log, with its first run
 	for _, in := range ins {
-		if seen[in.logPath] {
+		if seen[in.LogPath()] {
 			continue
 		}
-		seen[in.logPath] = true
-		f, err := os.Open(in.logPath)
+		seen[in.LogPath()] = true
+		f, err := os.Open(in.LogPath())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,24 +7,19 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/net/websocket"
 
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/safety"
 )
 
 // startForwardingFleet starts a 1-member etcd, a recording backend, and three instances
@@ -33,242 +28,10 @@ import (
 func startForwardingFleet(t *testing.T, follower, hold string) (*recordingBackend, []*Instance, *Instance, int64) {
 	t.Helper()
 	etcd := etcdtest.Start(t, 1)
-	backend := startBackend(t)
-	fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: follower, Hold: hold, Backend: backend.srv.URL})
+	backend := safety.StartBackend(t)
+	fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: follower, Hold: hold, Backend: backend.Server.URL})
 	leader, token := WaitStableLeader(t, fleet, electTimeout)
 	return backend, fleet, leader, token
-}
-
-// arrival is one request as the application behind the gated route received it.
-type arrival struct {
-	ReqID    string
-	ServedBy string
-	Token    int64
-	Marked   bool // still carried the forwarding mark: the gate should have removed it
-	// URI is the request URI as the application got it; OriginalURI is the one the serving
-	// instance was sent, before its rewrites.
-	URI, OriginalURI string
-
-	At   time.Time // when it arrived here
-	Done time.Time // when its handler returned; zero until then (and for ws and upload)
-	// Cancelled is set when the request's context ended before its delay was over: the
-	// instance that sent it aborted the call.
-	Cancelled bool
-	// Entered and Admitted bound when the serving instance's gate admitted it (see
-	// Config.Backend); zero when the header is missing or unparsable.
-	Entered, Admitted time.Time
-}
-
-// recordingBackend is the application behind /gated: it records every request, echoes
-// websockets on /gated/ws, and answers uploads to /gated/upload with their SHA-256. Other
-// paths answer after the delay set with setDelay, or after the request's `delay` query
-// parameter (a Go duration), unless the request is cancelled first.
-type recordingBackend struct {
-	srv      *httptest.Server
-	delay    atomic.Int64  // a time.Duration
-	quit     chan struct{} // closed when the test ends: delayed requests are answered at once
-	mu       sync.Mutex
-	arrivals []arrival
-}
-
-func startBackend(t *testing.T) *recordingBackend {
-	t.Helper()
-	b := &recordingBackend{quit: make(chan struct{})}
-	mux := http.NewServeMux()
-	mux.Handle("/gated/ws", websocket.Handler(func(c *websocket.Conn) { _, _ = io.Copy(c, c) }))
-	mux.HandleFunc("/gated/upload", func(w http.ResponseWriter, r *http.Request) {
-		b.record(r)
-		h := sha256.New()
-		if _, err := io.Copy(h, r.Body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		fmt.Fprint(w, hex.EncodeToString(h.Sum(nil)))
-	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		a, i := b.record(r)
-		// Go's server notices a client going away only once the body has been read.
-		_, _ = io.Copy(io.Discard, r.Body)
-		delay := time.Duration(b.delay.Load())
-		if d, err := time.ParseDuration(r.URL.Query().Get("delay")); err == nil {
-			delay = d
-		}
-		cancelled := false
-		if delay > 0 {
-			timer := time.NewTimer(delay)
-			select {
-			case <-timer.C:
-			case <-b.quit:
-				timer.Stop()
-			case <-r.Context().Done():
-				timer.Stop()
-				cancelled = true
-			}
-		}
-		if !cancelled {
-			fmt.Fprintf(w, "%s %d", a.ServedBy, a.Token)
-		}
-		b.finish(i, cancelled)
-	})
-	b.srv = httptest.NewServer(mux)
-	t.Cleanup(func() {
-		close(b.quit)
-		b.srv.Close()
-	})
-	return b
-}
-
-// record logs r's arrival and returns it with its index in the log.
-func (b *recordingBackend) record(r *http.Request) (arrival, int) {
-	token, _ := strconv.ParseInt(r.Header.Get("X-Fencing-Token"), 10, 64)
-	a := arrival{
-		ReqID:       r.Header.Get("X-Req-Id"),
-		ServedBy:    r.Header.Get("X-Served-By"),
-		Token:       token,
-		Marked:      r.Header.Get("Caddy-Leader-Forwarded-By") != "",
-		URI:         r.URL.RequestURI(),
-		OriginalURI: r.Header.Get("X-Original-URI"),
-		Entered:     parseStamp(r.Header.Get("X-Gate-Entered")),
-		Admitted:    parseStamp(r.Header.Get("X-Admitted-At")),
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	a.At = time.Now() // under the lock, so that the log is in order of arrival
-	b.arrivals = append(b.arrivals, a)
-	return a, len(b.arrivals) - 1
-}
-
-// finish records that the request logged at index i has been answered or was cancelled.
-func (b *recordingBackend) finish(i int, cancelled bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.arrivals[i].Done = time.Now()
-	b.arrivals[i].Cancelled = cancelled
-}
-
-// setDelay makes every request (without a delay parameter) wait d before it is answered.
-func (b *recordingBackend) setDelay(d time.Duration) { b.delay.Store(int64(d)) }
-
-// parseStamp reads a `{time.now}` placeholder's value, Go's time.Time String format
-// (with the monotonic reading, which is dropped); zero if it cannot.
-func parseStamp(v string) time.Time {
-	if i := strings.Index(v, " m="); i >= 0 {
-		v = v[:i]
-	}
-	t, err := time.Parse("2006-01-02 15:04:05.999999999 -0700 MST", v)
-	if err != nil {
-		return time.Time{}
-	}
-	return t
-}
-
-func (b *recordingBackend) log() []arrival {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]arrival(nil), b.arrivals...)
-}
-
-// since is the log of the requests that arrived at from or later.
-func (b *recordingBackend) since(from time.Time) []arrival {
-	var out []arrival
-	for _, a := range b.log() {
-		if !a.At.Before(from) {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// outcome is what one client request of a load run ended with.
-type outcome struct {
-	ReqID      string
-	Target     string // the instance the client sent it to
-	Status     int    // 0 when no answer came
-	RetryAfter string
-	Err        error
-}
-
-// loadRun sends POSTs at a steady rate, round-robin over the instances that are up, as a
-// load balancer in front of the fleet would. A refused connection (an instance that is
-// shutting down) is retried on the next instance, as a load balancer does: the request was
-// never sent. Anything else is the request's outcome.
-type loadRun struct {
-	fleet   []*Instance
-	client  *http.Client
-	down    sync.Map // *Instance -> true once the test stopped it
-	next    atomic.Int64
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	results []outcome
-}
-
-func newLoadRun(fleet []*Instance, client *http.Client) *loadRun {
-	return &loadRun{fleet: fleet, client: client}
-}
-
-// markDown takes an instance out of the rotation, as a load balancer's health check would.
-func (l *loadRun) markDown(in *Instance) { l.down.Store(in, true) }
-
-// add puts an instance started during the run into the rotation.
-func (l *loadRun) add(in *Instance) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.fleet = append(l.fleet[:len(l.fleet):len(l.fleet)], in)
-}
-
-// targets is the rotation as it is now.
-func (l *loadRun) targets() []*Instance {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fleet
-}
-
-// run sends rate requests per second for d, then waits for every answer.
-func (l *loadRun) run(rate int, d time.Duration) {
-	tick := time.NewTicker(time.Second / time.Duration(rate))
-	defer tick.Stop()
-	stop := time.After(d)
-	for n := 0; ; n++ {
-		select {
-		case <-stop:
-			l.wg.Wait()
-			return
-		case <-tick.C:
-		}
-		l.wg.Add(1)
-		go func(id string) {
-			defer l.wg.Done()
-			o := l.send(id)
-			l.mu.Lock()
-			l.results = append(l.results, o)
-			l.mu.Unlock()
-		}(fmt.Sprintf("r%05d", n))
-	}
-}
-
-func (l *loadRun) send(id string) outcome {
-	var err error
-	fleet := l.targets()
-	for attempt := 0; attempt < 2*len(fleet); attempt++ {
-		in := fleet[int(l.next.Add(1))%len(fleet)]
-		if _, isDown := l.down.Load(in); isDown {
-			continue
-		}
-		req, _ := http.NewRequest(http.MethodPost, in.URL()+"/gated/load", strings.NewReader(`{"write":"`+id+`"}`))
-		req.Header.Set("X-Req-Id", id)
-		var resp *http.Response
-		resp, err = l.client.Do(req)
-		if err != nil {
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				continue
-			}
-			return outcome{ReqID: id, Target: in.ID, Err: err}
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return outcome{ReqID: id, Target: in.ID, Status: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After")}
-	}
-	return outcome{ReqID: id, Err: fmt.Errorf("no instance accepted the connection: %v", err)}
 }
 
 // checkServedOnce checks the application's log against the clients' outcomes: every
@@ -311,15 +74,6 @@ func checkServedOnce(t *testing.T, results []outcome, log []arrival) []int64 {
 	return tokens
 }
 
-// summarize counts outcomes by status (0 for no answer).
-func summarize(results []outcome) map[int]int {
-	counts := map[int]int{}
-	for _, o := range results {
-		counts[o.Status]++
-	}
-	return counts
-}
-
 func TestForwarding(t *testing.T) {
 	needCaddy(t)
 
@@ -329,17 +83,17 @@ func TestForwarding(t *testing.T) {
 		handOver func(t *testing.T, leader *Instance, l *loadRun)
 	}{
 		{"forward_sigterm_of_the_leader", "forward", func(t *testing.T, leader *Instance, l *loadRun) {
-			l.markDown(leader)
+			l.MarkDown(leader)
 			leader.Term()
 		}},
 		{"forward_resign_through_the_admin_api", "forward", func(t *testing.T, leader *Instance, l *loadRun) {
-			resp, err := leader.admin(http.MethodPost, "/leader/default/resign?hold_off=30s", nil)
+			resp, err := leader.Admin(http.MethodPost, "/leader/default/resign?hold_off=30s", nil)
 			if err != nil || resp.Status != http.StatusOK {
 				t.Errorf("resign: %v %d %s", err, resp.Status, resp.Body)
 			}
 		}},
 		{"redirect_sigterm_of_the_leader", "redirect", func(t *testing.T, leader *Instance, l *loadRun) {
-			l.markDown(leader)
+			l.MarkDown(leader)
 			leader.Term()
 		}},
 	}
@@ -348,17 +102,17 @@ func TestForwarding(t *testing.T) {
 			backend, fleet, leader, token := startForwardingFleet(t, sc.follower, "2s")
 
 			client := &http.Client{Timeout: 10 * time.Second} // follows redirects, keeping POST and body on 307
-			l := newLoadRun(fleet, client)
+			l := safety.NewLoadRun(fleet, client)
 			done := make(chan struct{})
-			go func() { l.run(200, 4*time.Second); close(done) }()
+			go func() { l.Run(200, 4*time.Second); close(done) }()
 			time.Sleep(1500 * time.Millisecond) // steady traffic before the handover
 			sc.handOver(t, leader, l)
 			<-done
 
-			counts := summarize(l.results)
-			t.Logf("MEASURED %s: %d requests, outcomes by status %v", sc.name, len(l.results), counts)
+			counts := safety.Summarize(l.Results)
+			t.Logf("MEASURED %s: %d requests, outcomes by status %v", sc.name, len(l.Results), counts)
 			failed := false
-			for _, o := range l.results {
+			for _, o := range l.Results {
 				if o.Status != http.StatusOK {
 					failed = true
 					t.Errorf("request %s to %s failed: status %d, error %v", o.ReqID, o.Target, o.Status, o.Err)
@@ -366,10 +120,10 @@ func TestForwarding(t *testing.T) {
 			}
 			if failed {
 				for _, in := range fleet {
-					t.Logf("%s handler errors:\n%s", in, in.handlerErrors())
+					t.Logf("%s handler errors:\n%s", in, handlerErrors(in))
 				}
 			}
-			tokens := checkServedOnce(t, l.results, backend.log())
+			tokens := checkServedOnce(t, l.Results, backend.Log())
 			if len(tokens) != 2 || tokens[0] != token {
 				t.Errorf("tokens in order of arrival = %v, want the old term %d then one new term", tokens, token)
 			}
@@ -379,17 +133,17 @@ func TestForwarding(t *testing.T) {
 	t.Run("crash_of_the_leader_holds_then_503_and_serves_nothing_twice", func(t *testing.T) {
 		backend, fleet, leader, _ := startForwardingFleet(t, "forward", "1s")
 
-		l := newLoadRun(fleet, &http.Client{Timeout: 10 * time.Second})
+		l := safety.NewLoadRun(fleet, &http.Client{Timeout: 10 * time.Second})
 		done := make(chan struct{})
-		go func() { l.run(200, 5*time.Second); close(done) }()
+		go func() { l.Run(200, 5*time.Second); close(done) }()
 		time.Sleep(time.Second)
-		l.markDown(leader)
+		l.MarkDown(leader)
 		leader.Kill()
 		<-done
 
-		counts := summarize(l.results)
-		t.Logf("MEASURED crash with hold 1s: %d requests, outcomes by status %v", len(l.results), counts)
-		for _, o := range l.results {
+		counts := safety.Summarize(l.Results)
+		t.Logf("MEASURED crash with hold 1s: %d requests, outcomes by status %v", len(l.Results), counts)
+		for _, o := range l.Results {
 			switch {
 			case o.Status == http.StatusOK:
 			case o.Status == http.StatusServiceUnavailable && o.RetryAfter != "":
@@ -402,7 +156,7 @@ func TestForwarding(t *testing.T) {
 		if counts[http.StatusServiceUnavailable] == 0 {
 			t.Errorf("no request saw the leaderless window: the test did not exercise the hold")
 		}
-		checkServedOnce(t, l.results, backend.log())
+		checkServedOnce(t, l.Results, backend.Log())
 	})
 
 	t.Run("forged_mark_is_stripped_and_the_request_never_forwarded", func(t *testing.T) {
@@ -434,7 +188,7 @@ func TestForwarding(t *testing.T) {
 			t.Errorf("a marked request to the leader got %d, want 200", resp.StatusCode)
 		}
 		seen := map[string]int{}
-		for _, a := range backend.log() {
+		for _, a := range backend.Log() {
 			seen[a.ReqID]++
 			if a.Marked {
 				t.Errorf("request %s reached the application with the mark", a.ReqID)
@@ -448,8 +202,8 @@ func TestForwarding(t *testing.T) {
 
 	t.Run("handle_path_in_front_of_the_gate_forwards_the_original_uri", func(t *testing.T) {
 		etcd := etcdtest.Start(t, 1)
-		backend := startBackend(t)
-		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Backend: backend.srv.URL, HandlePath: "/api"})
+		backend := safety.StartBackend(t)
+		fleet := StartFleet(t, 3, Config{Endpoints: etcd.Endpoints(), Follower: "forward", Backend: backend.Server.URL, HandlePath: "/api"})
 		leader, _ := WaitStableLeader(t, fleet, electTimeout)
 		follower := others(fleet, leader)[0]
 
@@ -468,7 +222,7 @@ func TestForwarding(t *testing.T) {
 			t.Errorf("through %s: status %d, body %q; want 200 from the leader %s's application", follower, resp.StatusCode, body, leader)
 		}
 		var got []arrival
-		for _, a := range backend.log() {
+		for _, a := range backend.Log() {
 			if a.ReqID == "stripped" {
 				got = append(got, a)
 			}
@@ -528,7 +282,7 @@ func TestForwarding(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || string(body) != hex.EncodeToString(want[:]) {
 			t.Fatalf("upload through %s: status %d, body %q; want 200 and the SHA-256 of the payload", follower, resp.StatusCode, body)
 		}
-		for _, a := range backend.log() {
+		for _, a := range backend.Log() {
 			if a.ReqID == "upload" && a.ServedBy != leader.ID {
 				t.Errorf("upload served by %s, want the leader %s", a.ServedBy, leader.ID)
 			}
@@ -572,8 +326,8 @@ func TestForwarding(t *testing.T) {
 
 // handlerErrors returns the error lines Caddy logged for requests, to tell which path
 // failed a request.
-func (in *Instance) handlerErrors() string {
-	b, _ := os.ReadFile(in.logPath)
+func handlerErrors(in *Instance) string {
+	b, _ := os.ReadFile(in.LogPath())
 	var lines []string
 	for _, line := range strings.Split(string(b), "\n") {
 		if strings.Contains(line, `"logger":"http.log.error`) {

@@ -65,8 +65,8 @@ func startRecipeInstance(owner *testing.T, id string, httpPort, adminPort int, e
 		"PORT=" + strconv.Itoa(httpPort),
 		"APP_UPSTREAM=" + strings.TrimPrefix(app, "http://"),
 	}
-	if err := in.launch(env, "run", "--adapter", "caddyfile", "--config", caddyfile); err != nil {
-		return nil, fmt.Errorf("instance %s: %v\n--- log ---\n%s", id, err, in.tail())
+	if err := in.Launch(caddyBin, env, "run", "--adapter", "caddyfile", "--config", caddyfile); err != nil {
+		return nil, fmt.Errorf("instance %s: %v\n--- log ---\n%s", id, err, in.Tail())
 	}
 	return in, nil
 }

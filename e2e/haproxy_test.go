@@ -156,9 +156,9 @@ func (f *recipeFleet) sigtermUnderLoad(t *testing.T, url string, rate int) []str
 	load := StartLoad(url, rate)
 	time.Sleep(loadWarmup)
 	termed := time.Now()
-	leader.signal(syscall.SIGTERM)
+	leader.Signal(syscall.SIGTERM)
 	problems := f.checkLameDuck(t, leader)
-	leader.waitExit()
+	leader.WaitExit()
 	exited := time.Since(termed)
 	time.Sleep(loadAfter)
 	problems = append(problems, f.report(t, load.Stop(), fmt.Sprintf("the old leader exited %v after SIGTERM", exited.Round(time.Millisecond)))...)
@@ -175,8 +175,8 @@ func (f *recipeFleet) rollingRestartUnderLoad(t *testing.T, url string, rate int
 	time.Sleep(loadWarmup)
 	began := time.Now()
 	for _, in := range append([]*Instance(nil), f.fleet...) {
-		in.signal(syscall.SIGTERM)
-		in.waitExit()
+		in.Signal(syscall.SIGTERM)
+		in.WaitExit()
 		f.restart(t, in)
 		f.settle(t)
 	}
@@ -317,7 +317,7 @@ func (f *recipeFleet) attempt(t *testing.T, scenario func() []string) {
 // started, that shows the instance losing touch with etcd; empty if there is none.
 func (f *recipeFleet) disturbed(from time.Time) string {
 	for _, in := range f.all {
-		b, err := os.ReadFile(in.logPath)
+		b, err := os.ReadFile(in.LogPath())
 		if err != nil {
 			continue
 		}

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -56,62 +55,28 @@ func childProcAttr() *syscall.SysProcAttr { return fleet.ChildProcAttr() }
 // fleet.Config for the routes every instance serves.
 type Config = fleet.Config
 
-// Instance is one Caddy process of a test (a fleet.Instance started with caddyBin).
-type Instance struct {
-	*fleet.Instance
-	logPath string
-	cmd     *exec.Cmd
-}
+// Instance is one Caddy process of a test, started with caddyBin.
+type Instance = fleet.Instance
 
 // StartInstance starts `caddy run` with cfg and returns once its admin API and HTTP port
 // answer. The process is killed (SIGKILL) when the test ends; if the test failed, its log
 // is printed.
 func StartInstance(t *testing.T, id string, cfg Config) *Instance {
 	t.Helper()
-	return wrap(fleet.StartInstance(t, caddyBin, id, cfg))
+	return fleet.StartInstance(t, caddyBin, id, cfg)
 }
 
 // StartFleet starts n instances, c0 to c<n-1>, with the same cfg.
 func StartFleet(t *testing.T, n int, cfg Config) []*Instance {
 	t.Helper()
-	ins := fleet.StartInstances(t, caddyBin, n, cfg)
-	wrapped := make([]*Instance, n)
-	for i, in := range ins {
-		wrapped[i] = wrap(in)
-	}
-	return wrapped
+	return fleet.StartInstances(t, caddyBin, n, cfg)
 }
 
 // newInstance prepares (and does not start) an instance on the given ports, with fresh
-// directories; launch starts it.
+// directories; its Launch(caddyBin, ...) starts it.
 func newInstance(t *testing.T, id string, httpPort, adminPort int) *Instance {
-	return &Instance{Instance: fleet.NewInstance(t, id, httpPort, adminPort)}
+	return fleet.NewInstance(t, id, httpPort, adminPort)
 }
-
-// launch runs the Caddy command with args and the extra environment variables env (which
-// override the test's own), and returns once its admin API and HTTP port answer.
-func (in *Instance) launch(env []string, args ...string) error {
-	err := in.Launch(caddyBin, env, args...)
-	in.logPath, in.cmd = in.LogPath(), in.Process().Cmd()
-	return err
-}
-
-func (in *Instance) tail() string { return in.Tail() }
-
-func wrap(in *fleet.Instance) *Instance {
-	if in == nil {
-		return nil
-	}
-	return &Instance{Instance: in, logPath: in.LogPath(), cmd: in.Process().Cmd()}
-}
-
-func (in *Instance) admin(method, path string, body []byte) (Response, error) {
-	return in.Admin(method, path, body)
-}
-
-func (in *Instance) signal(sig syscall.Signal) { in.Signal(sig) }
-
-func (in *Instance) waitExit() { in.WaitExit() }
 
 // Response is the part of an HTTP response the tests look at.
 type Response = fleet.Response

@@ -51,7 +51,7 @@ func TestPostgresStore(t *testing.T) {
 		fleet := StartFleet(t, 3, Config{Store: store, Variant: "v0"})
 		old, oldToken := WaitStableLeader(t, fleet, electTimeout)
 		old.Stop()
-		t.Cleanup(func() { _ = old.cmd.Process.Signal(syscall.SIGCONT) })
+		t.Cleanup(func() { _ = old.Process().Signal(syscall.SIGCONT) })
 		next, token := WaitStableLeader(t, others(fleet, old), electTimeout)
 		if token <= oldToken {
 			t.Fatalf("new leader %s has token %d, not above %d", next, token, oldToken)

@@ -85,7 +85,7 @@ func TestReload(t *testing.T) {
 					t.Errorf("after the refused config the leader serves %q (%v), want the running config's variant %q", resp.Body, err, good.Variant)
 				}
 				// The running config is the good one, as the admin API reports it too.
-				resp, err = leader.admin(http.MethodGet, "/config/apps/leader/ttl", nil)
+				resp, err = leader.Admin(http.MethodGet, "/config/apps/leader/ttl", nil)
 				if err != nil || strings.TrimSpace(resp.Body) != `"`+ttl.String()+`"` {
 					t.Errorf("after the refused config: GET /config/apps/leader/ttl = %+v, %v; want %q", resp, err, ttl.String())
 				}

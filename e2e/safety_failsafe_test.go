@@ -21,6 +21,7 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/faultproxy"
 	"github.com/caddyleader/caddy-leader/internal/freeport"
 	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/safety"
 )
 
 // failsafeLinks are the fault proxies in front of every instance's failsafe listener, by
@@ -54,7 +55,7 @@ func withFailsafeN(t *testing.T, links failsafeLinks, n int) func(*Config) {
 // waitRoster waits until the leader's GET /leader/ lists a confirmed failsafe roster of
 // the whole fleet: from then on it can ride out an outage.
 func waitRoster(s *scenarioRun) {
-	s.t.Helper()
+	s.T.Helper()
 	var status struct {
 		Elections []struct {
 			Failsafe struct {
@@ -63,13 +64,13 @@ func waitRoster(s *scenarioRun) {
 		} `json:"elections"`
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		resp, err := s.leader.admin(http.MethodGet, "/leader/", nil)
+		resp, err := s.Leader.Admin(http.MethodGet, "/leader/", nil)
 		if err == nil && json.Unmarshal([]byte(resp.Body), &status) == nil &&
-			len(status.Elections) == 1 && len(status.Elections[0].Failsafe.Roster) == len(s.fleet) {
+			len(status.Elections) == 1 && len(status.Elections[0].Failsafe.Roster) == len(s.Fleet) {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("%s lists no failsafe roster of the fleet: %v %+v", s.leader.ID, err, status)
+			s.T.Fatalf("%s lists no failsafe roster of the fleet: %v %+v", s.Leader.ID, err, status)
 		}
 	}
 }
@@ -77,38 +78,38 @@ func waitRoster(s *scenarioRun) {
 // killEtcd kills every etcd member at once, once the leader can ride it out if the fleet
 // runs with failsafe.
 func killEtcd(s *scenarioRun) {
-	if s.cfg.FailsafePorts != nil {
+	if s.Cfg.FailsafePorts != nil {
 		waitRoster(s)
 	}
 	var wg sync.WaitGroup
-	for i := range s.etcd.members {
+	for i := range s.Store.members {
 		wg.Add(1)
-		go func() { defer wg.Done(); s.etcd.kill(i) }()
+		go func() { defer wg.Done(); s.Store.kill(i) }()
 	}
 	wg.Wait()
-	s.mark("etcd down")
+	s.Mark("etcd down")
 }
 
 // restartEtcd brings every member back.
 func restartEtcd(s *scenarioRun) {
-	s.mark("restart")
-	s.etcd.Restart(0, 1, 2)
-	s.mark("restarted")
+	s.Mark("restart")
+	s.Store.Restart(0, 1, 2)
+	s.Mark("restarted")
 }
 
 // countOutage notes how many requests the backend admitted while etcd was down (from one
 // ttl after the fault until the restart), and how many of the clients' requests failed in
 // all.
 func countOutage(s *scenarioRun, rep *safetyReport) (admitted, failed int) {
-	admitted = admittedBetween(s, s.faultAt.Add(ttl), s.marks["restart"])
-	for _, o := range s.load.results {
+	admitted = admittedBetween(s, s.FaultAt.Add(ttl), s.Marks["restart"])
+	for _, o := range s.Load.Results {
 		if o.Status != http.StatusOK {
 			failed++
 		}
 	}
-	rep.Notes = fmt.Sprintf("etcd down %s: %d admitted meanwhile, %d failed in all", fmtDur(s.marks["restarted"].Sub(s.faultAt)), admitted, failed)
-	if len(s.notes) > 0 {
-		rep.Notes += "; " + fmt.Sprint(s.notes)
+	rep.Notes = fmt.Sprintf("etcd down %s: %d admitted meanwhile, %d failed in all", safety.FmtDur(s.Marks["restarted"].Sub(s.FaultAt)), admitted, failed)
+	if len(s.Notes) > 0 {
+		rep.Notes += "; " + fmt.Sprint(s.Notes)
 	}
 	return admitted, failed
 }
@@ -119,7 +120,7 @@ func countOutage(s *scenarioRun, rep *safetyReport) (admitted, failed int) {
 // admitted only after it (by a term that began once the store was back) does not count.
 func admittedBetween(s *scenarioRun, from, until time.Time) int {
 	n := 0
-	for _, a := range s.backend.log() {
+	for _, a := range s.Backend.Log() {
 		at := a.Admitted
 		if at.IsZero() {
 			at = a.Entered
@@ -135,8 +136,8 @@ func admittedBetween(s *scenarioRun, from, until time.Time) int {
 // mark, a moment more than a ttl into an outage of etcd: the failsafe carried it on.
 func ridesOut(t *testing.T, s *scenarioRun, mark string) {
 	t.Helper()
-	if n := admittedBetween(s, s.marks[mark].Add(-ttl), s.marks[mark]); n == 0 {
-		t.Errorf("nothing admitted in the ttl before %q, %s into the outage", mark, fmtDur(s.marks[mark].Sub(s.faultAt)))
+	if n := admittedBetween(s, s.Marks[mark].Add(-ttl), s.Marks[mark]); n == 0 {
+		t.Errorf("nothing admitted in the ttl before %q, %s into the outage", mark, safety.FmtDur(s.Marks[mark].Sub(s.FaultAt)))
 	}
 }
 
@@ -151,25 +152,25 @@ func TestSafetyFailsafePostgres(t *testing.T) {
 	links := failsafeLinks{}
 	env := startPGEnv(t, server, "failsafe", "forward", nil, withFailsafeN(t, links, pgSafetyInstances))
 	const outage = 10 * ttl
-	rep := runScenarioOn(t, env, safetyScenario{
-		name: "postgres_stopped_10ttl_with_failsafe", load: outage + 6*time.Second, change: mayChange, renews: true,
-		fault: func(s *scenarioRun) {
+	rep := safety.RunOn(t, env, safetyScenario{
+		Name: "postgres_stopped_10ttl_with_failsafe", Load: outage + 6*time.Second, Change: safety.MayChange, Renews: true,
+		Fault: func(s *scenarioRun) {
 			waitRoster(s)
 			server.Stop(t)
-			s.mark("store down")
+			s.Mark("store down")
 			time.Sleep(outage)
-			s.mark("restart")
+			s.Mark("restart")
 			server.Start(t)
-			s.mark("restarted")
+			s.Mark("restarted")
 		},
-		check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+		Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 			if admitted, _ := countOutage(s, rep); admitted == 0 {
 				t.Error("nothing was admitted while PostgreSQL was down")
 			}
 			ridesOut(t, s, "restart")
 		},
 	})
-	t.Logf("RESULTS (ttl %v, %d instances with failsafe, PostgreSQL):%s", ttl, pgSafetyInstances, safetyTable([]safetyReport{rep}))
+	t.Logf("RESULTS (ttl %v, %d instances with failsafe, PostgreSQL):%s", ttl, pgSafetyInstances, safety.Table([]safetyReport{rep}))
 }
 
 func TestSafetyFailsafe(t *testing.T) {
@@ -177,10 +178,10 @@ func TestSafetyFailsafe(t *testing.T) {
 	started := time.Now()
 	var reports []safetyReport
 	defer func() {
-		t.Logf("RESULTS (ttl %v, %d instances with failsafe, 3 etcd member processes, %d req/s; %v in all):%s", ttl, safetyInstances, safetyRate, time.Since(started).Round(time.Second), safetyTable(reports))
+		t.Logf("RESULTS (ttl %v, %d instances with failsafe, 3 etcd member processes, %d req/s; %v in all):%s", ttl, safetyInstances, safety.DefaultRate, time.Since(started).Round(time.Second), safety.Table(reports))
 	}()
 	for _, sc := range failsafeScenarios(t) {
-		t.Run(sc.name, func(t *testing.T) {
+		t.Run(sc.Name, func(t *testing.T) {
 			reports = append(reports, runScenario(t, sc))
 		})
 	}
@@ -190,9 +191,9 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 	const outage = 10 * ttl
 	links := failsafeLinks{}
 	return []safetyScenario{
-		{name: "F1_all_etcd_members_sigkill_10ttl_with_failsafe", load: outage + 6*time.Second, change: mayChange, noErrors: true, renews: true,
-			config: withFailsafe(t, links),
-			fault:  etcdOutage(outage), check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+		{Name: "F1_all_etcd_members_sigkill_10ttl_with_failsafe", Load: outage + 6*time.Second, Change: safety.MayChange, NoErrors: true, Renews: true,
+			Config: withFailsafe(t, links),
+			Fault:  etcdOutage(outage), Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				if admitted, _ := countOutage(s, rep); admitted == 0 {
 					t.Error("nothing was admitted while etcd was down")
 				}
@@ -201,86 +202,86 @@ func failsafeScenarios(t *testing.T) []safetyScenario {
 		outageInMode("F1c_all_etcd_members_sigkill_10ttl_with_failsafe_redirect", "redirect", withFailsafe(t, links), outage),
 		// After the outage a successor that cannot prove the old term over (no heartbeat
 		// seen since) waits a ttl: the load goes on long enough to see the new term.
-		{name: "F2_all_etcd_members_sigkill_10ttl_without_failsafe", load: outage + 10*time.Second, change: mustChange,
-			fault: etcdOutage(outage), check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+		{Name: "F2_all_etcd_members_sigkill_10ttl_without_failsafe", Load: outage + 10*time.Second, Change: safety.MustChange,
+			Fault: etcdOutage(outage), Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				if admitted, _ := countOutage(s, rep); admitted != 0 {
 					t.Errorf("%d requests were admitted while etcd was down, without failsafe", admitted)
 				}
 			}},
-		{name: "F3_leader_cut_off_from_etcd_and_one_peer", load: 4*ttl + 6*time.Second, change: mustChange,
-			config: withFailsafe(t, links),
-			fault: func(s *scenarioRun) {
-				peer := others(s.fleet, s.leader)[0]
+		{Name: "F3_leader_cut_off_from_etcd_and_one_peer", Load: 4*ttl + 6*time.Second, Change: safety.MustChange,
+			Config: withFailsafe(t, links),
+			Fault: func(s *scenarioRun) {
+				peer := others(s.Fleet, s.Leader)[0]
 				waitRoster(s)
-				s.cut(s.leader)
+				s.Cut(s.Leader)
 				links[peer.ID].Blackhole()
 				time.Sleep(4 * ttl)
 				links[peer.ID].Heal()
-				s.heal(s.leader)
-				s.notes = append(s.notes, fmt.Sprintf("%s cut off from etcd and from %s's failsafe listener for %s", s.leader.ID, peer.ID, 4*ttl))
+				s.Heal(s.Leader)
+				s.Notes = append(s.Notes, fmt.Sprintf("%s cut off from etcd and from %s's failsafe listener for %s", s.Leader.ID, peer.ID, 4*ttl))
 			}},
-		{name: "F4_sigstop_leader_2ttl_during_failsafe", load: 6*ttl + 6*time.Second, frozen: true, change: mayChange, renews: true,
-			config: withFailsafe(t, links),
-			check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+		{Name: "F4_sigstop_leader_2ttl_during_failsafe", Load: 6*ttl + 6*time.Second, Frozen: true, Change: safety.MayChange, Renews: true,
+			Config: withFailsafe(t, links),
+			Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				ridesOut(t, s, "sigstop")
 			},
-			fault: func(s *scenarioRun) {
+			Fault: func(s *scenarioRun) {
 				killEtcd(s)
 				time.Sleep(2 * ttl)
-				s.mark("sigstop")
-				sigstopFault(s)
+				s.Mark("sigstop")
+				safety.SigstopFault[*etcdProcs](s)
 				time.Sleep(2 * ttl)
 				restartEtcd(s)
 			}},
-		{name: "F5_peer_sigkill_during_failsafe", load: 6*ttl + 6*time.Second, change: mayChange, renews: true,
-			config: withFailsafe(t, links),
-			fault: func(s *scenarioRun) {
+		{Name: "F5_peer_sigkill_during_failsafe", Load: 6*ttl + 6*time.Second, Change: safety.MayChange, Renews: true,
+			Config: withFailsafe(t, links),
+			Fault: func(s *scenarioRun) {
 				killEtcd(s)
 				time.Sleep(2 * ttl)
-				peer := others(s.fleet, s.leader)[0]
-				s.survivors = others(s.fleet, peer)
-				s.load.markDown(peer)
+				peer := others(s.Fleet, s.Leader)[0]
+				s.Survivors = others(s.Fleet, peer)
+				s.Load.MarkDown(peer)
 				peer.Kill()
-				s.mark("peer killed")
+				s.Mark("peer killed")
 				time.Sleep(2 * ttl)
 				restartEtcd(s)
-			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+			}, Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				// One peer gone: the leader stops within a round and the window.
 				ridesOut(t, s, "peer killed")
-				late := admittedBetween(s, s.marks["peer killed"].Add(ttl), s.marks["restart"])
+				late := admittedBetween(s, s.Marks["peer killed"].Add(ttl), s.Marks["restart"])
 				if late > 0 {
 					t.Errorf("%d requests admitted more than a ttl after a peer died, before etcd was back", late)
 				}
 				rep.Notes = fmt.Sprintf("%d admitted from a ttl after the peer died until etcd was back", late)
 			}},
-		{name: "F7_new_instance_started_during_failsafe", load: 6*ttl + 6*time.Second, change: mayChange, renews: true,
-			config: withFailsafe(t, links),
-			fault: func(s *scenarioRun) {
+		{Name: "F7_new_instance_started_during_failsafe", Load: 6*ttl + 6*time.Second, Change: safety.MayChange, Renews: true,
+			Config: withFailsafe(t, links),
+			Fault: func(s *scenarioRun) {
 				killEtcd(s)
 				time.Sleep(ttl)
-				cfg := s.cfg
-				cfg.InstanceEndpoints = map[string][]string{"c7": {s.etcd.Addr(0), s.etcd.Addr(1), s.etcd.Addr(2)}}
-				newcomer := StartInstance(s.t, "c7", cfg)
-				s.load.add(newcomer)
-				s.survivors = append(append([]*Instance{}, s.fleet...), newcomer)
-				s.mark("newcomer")
+				cfg := s.Cfg
+				cfg.InstanceEndpoints = map[string][]string{"c7": {s.Store.Addr(0), s.Store.Addr(1), s.Store.Addr(2)}}
+				newcomer := StartInstance(s.T, "c7", cfg)
+				s.Load.Add(newcomer)
+				s.Survivors = append(append([]*Instance{}, s.Fleet...), newcomer)
+				s.Mark("newcomer")
 				time.Sleep(2 * ttl)
 				restartEtcd(s)
-				s.notes = append(s.notes, "c7, without failsafe, started 1 ttl into the outage")
-			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+				s.Notes = append(s.Notes, "c7, without failsafe, started 1 ttl into the outage")
+			}, Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				ridesOut(t, s, "restart")
 			}},
-		{name: "F6_etcd_back_for_the_followers_only", load: 8*ttl + 6*time.Second, change: mustChange, renews: true,
-			config: withFailsafe(t, links),
-			fault: func(s *scenarioRun) {
+		{Name: "F6_etcd_back_for_the_followers_only", Load: 8*ttl + 6*time.Second, Change: safety.MustChange, Renews: true,
+			Config: withFailsafe(t, links),
+			Fault: func(s *scenarioRun) {
 				killEtcd(s)
 				time.Sleep(2 * ttl)
-				s.cut(s.leader)
+				s.Cut(s.Leader)
 				restartEtcd(s)
 				time.Sleep(4 * ttl) // the leader's lease runs out in etcd; its peers keep it alive
-				s.mark("heal")
-				s.heal(s.leader)
-			}, check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+				s.Mark("heal")
+				s.Heal(s.Leader)
+			}, Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				ridesOut(t, s, "heal")
 			}},
 	}
@@ -300,7 +301,7 @@ func outageServedByLeader(t *testing.T, s *scenarioRun, rep *safetyReport) {
 		t.Error("nothing was admitted while etcd was down")
 	}
 	ridesOut(t, s, "restart")
-	for _, o := range s.load.results {
+	for _, o := range s.Load.Results {
 		if o.Err != nil {
 			t.Errorf("request %s to %s got no answer: %v", o.ReqID, o.Target, o.Err)
 		}
@@ -319,10 +320,10 @@ func etcdOutage(d time.Duration) func(s *scenarioRun) {
 // outageInMode is F1 with the followers in mode (reject or redirect): the leader serves
 // throughout, and the followers answer as configured.
 func outageInMode(name, mode string, failsafe func(*Config), outage time.Duration) safetyScenario {
-	return safetyScenario{name: name, load: outage + 6*time.Second, change: mayChange, renews: true,
-		config: both(failsafe, func(c *Config) { c.Follower = mode }),
-		fault:  etcdOutage(outage),
-		check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+	return safetyScenario{Name: name, Load: outage + 6*time.Second, Change: safety.MayChange, Renews: true,
+		Config: both(failsafe, func(c *Config) { c.Follower = mode }),
+		Fault:  etcdOutage(outage),
+		Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 			outageServedByLeader(t, s, rep)
 		}}
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/caddyleader/caddy-leader/internal/safety"
 )
 
 // TestSafetyForgedMark: clients that set Caddy-Leader-Forwarded-By themselves, all along,
@@ -19,11 +21,11 @@ func TestSafetyForgedMark(t *testing.T) {
 	for _, mode := range []string{"reject", "redirect", "forward"} {
 		t.Run(mode, func(t *testing.T) {
 			runScenario(t, safetyScenario{
-				name:   "forged_mark_during_settling_and_draining_" + mode,
-				load:   12 * time.Second,
-				change: mustChange,
-				config: func(c *Config) { c.Follower = mode },
-				fault:  forgedMarkFault,
+				Name:   "forged_mark_during_settling_and_draining_" + mode,
+				Load:   12 * time.Second,
+				Change: safety.MustChange,
+				Config: func(c *Config) { c.Follower = mode },
+				Fault:  forgedMarkFault,
 			})
 		})
 	}
@@ -35,7 +37,7 @@ func TestSafetyForgedMark(t *testing.T) {
 func forgedMarkFault(s *scenarioRun) {
 	forged := []string{
 		"c0",
-		fmt.Sprintf("c1; token=%d; at=%d; mac=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", s.token, time.Now().UnixMilli()),
+		fmt.Sprintf("c1; token=%d; at=%d; mac=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", s.Token, time.Now().UnixMilli()),
 	}
 	stop := make(chan struct{})
 	sent := make(chan outcome, 64)
@@ -57,34 +59,34 @@ func forgedMarkFault(s *scenarioRun) {
 				return
 			case <-time.After(10 * time.Millisecond):
 			}
-			for _, in := range s.fleet {
+			for _, in := range s.Fleet {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					sent <- s.postMarked(in, "/gated/forged", fmt.Sprintf("forged-%d-%s", n, in.ID), forged[n%len(forged)])
+					sent <- s.PostMarked(in, "/gated/forged", fmt.Sprintf("forged-%d-%s", n, in.ID), forged[n%len(forged)])
 				}()
 			}
 		}
 	}()
 
 	// Settling: the successor waits for the old leader, which hears late of its end.
-	s.delay(s.leader, 300*time.Millisecond)
+	s.Delay(s.Leader, 300*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if _, err := s.etcd.Client().Delete(ctx, "/caddy-leader/default"); err != nil {
-		s.t.Fatalf("delete the election key: %v", err)
+	if _, err := s.Store.Client().Delete(ctx, "/caddy-leader/default"); err != nil {
+		s.T.Fatalf("delete the election key: %v", err)
 	}
 	cancel()
 	time.Sleep(2 * ttl)
-	s.heal(s.leader)
+	s.Heal(s.Leader)
 
 	// Draining: whoever leads now stops gracefully.
-	next, _ := WaitStableLeader(s.t, s.fleet, recoverTimeout)
-	s.survivors = others(s.fleet, next)
-	s.load.markDown(next)
+	next, _ := WaitStableLeader(s.T, s.Fleet, safety.RecoverTimeout)
+	s.Survivors = others(s.Fleet, next)
+	s.Load.MarkDown(next)
 	next.Term()
 	time.Sleep(ttl)
 	close(stop)
 	wg.Wait()
 	close(sent)
-	s.extra = append(s.extra, <-collected...)
+	s.Extra = append(s.Extra, <-collected...)
 }

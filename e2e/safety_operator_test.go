@@ -5,20 +5,17 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/caddyleader/caddy-leader/internal/safety"
 )
 
 // electionKey is the election key of the fleet's leader app (default prefix and election).
 const electionKey = "/caddy-leader/default"
-
-// operatorLinkDelay slows each way of the old leader's links to etcd while an operator acts,
-// so that it hears late of what the operator did (issue 10's set-up).
-const operatorLinkDelay = 300 * time.Millisecond
 
 // TestSafetyOperator: what an operator does by hand to the election in etcd, while the
 // leader hears of it late, must not let two instances admit at once, in any follower mode:
@@ -37,7 +34,7 @@ func TestSafetyOperator(t *testing.T) {
 	started := time.Now()
 	var reports []safetyReport
 	defer func() {
-		t.Logf("RESULTS (ttl %v; %v in all):%s", ttl, time.Since(started).Round(time.Second), safetyTable(reports))
+		t.Logf("RESULTS (ttl %v; %v in all):%s", ttl, time.Since(started).Round(time.Second), safety.Table(reports))
 	}()
 
 	allModes := []string{"reject", "redirect", "forward"}
@@ -57,14 +54,14 @@ func TestSafetyOperator(t *testing.T) {
 			for _, mode := range op.modes {
 				t.Run(mode, func(t *testing.T) {
 					rep := runScenario(t, safetyScenario{
-						name:   fmt.Sprintf("operator_%s_%s", op.name, mode),
-						load:   9 * time.Second,
-						change: mustChange,
-						config: func(c *Config) { c.Follower = mode },
-						fault:  operatorFault(op.cut, op.act),
+						Name:   fmt.Sprintf("operator_%s_%s", op.name, mode),
+						Load:   9 * time.Second,
+						Change: safety.MustChange,
+						Config: func(c *Config) { c.Follower = mode },
+						Fault:  operatorFault(op.cut, op.act),
 					})
 					t.Logf("%s: %d double admissions (by time), overlap up to %s; %d stale arrivals (by token), %d with a wrong token",
-						rep.Scenario, rep.Double, fmtDur(rep.DoubleSpan), rep.Stale, rep.Wrong)
+						rep.Scenario, rep.Double, safety.FmtDur(rep.DoubleSpan), rep.Stale, rep.Wrong)
 					reports = append(reports, rep)
 				})
 			}
@@ -72,35 +69,9 @@ func TestSafetyOperator(t *testing.T) {
 	}
 }
 
-// operatorFault slows the leader's links to etcd by operatorLinkDelay, or cuts them and
-// waits half a ttl, lets act strike, waits 2 x ttl and heals the links. Then whoever leads
-// must serve a gated request under a newer term.
+// operatorFault is safety.OperatorFault with act given the operator's etcd client.
 func operatorFault(cut bool, act func(s *scenarioRun, cli *clientv3.Client) error) func(s *scenarioRun) {
-	return func(s *scenarioRun) {
-		cli := s.etcd.Client()
-		if cut {
-			s.cut(s.leader)
-			time.Sleep(ttl / 2)
-		} else {
-			s.delay(s.leader, operatorLinkDelay)
-		}
-		if err := act(s, cli); err != nil {
-			s.t.Fatal(err)
-		}
-		time.Sleep(2 * ttl)
-		s.heal(s.leader)
-
-		next, token := WaitStableLeader(s.t, s.fleet, recoverTimeout)
-		if token <= s.token {
-			s.t.Errorf("after the operator's act, %s leads with token %d, not newer than the old term's %d", next, token, s.token)
-		}
-		if o := s.post(next, "/gated/after", "after"); o.Status != http.StatusOK {
-			s.t.Errorf("new leader %s: /gated/after = %d, %v; want 200", next, o.Status, o.Err)
-		} else if a := s.waitArrival("after", 5*time.Second, false); a.Token != token || a.ServedBy != next.ID {
-			s.t.Errorf("new leader %s (token %d): /gated/after arrived from %s with token %d", next, token, a.ServedBy, a.Token)
-		}
-		s.notes = append(s.notes, fmt.Sprintf("%s:%d leads afterwards", next, token))
-	}
+	return safety.OperatorFault(cut, func(s *scenarioRun) error { return act(s, s.Store.Client()) })
 }
 
 // deleteElectionKey is `etcdctl del` of the election key, by the operator in s.
@@ -122,10 +93,10 @@ func revokeLeaderLease(s *scenarioRun, cli *clientv3.Client) error {
 	if err != nil {
 		return err
 	}
-	if kv.CreateRevision != s.token {
-		return fmt.Errorf("revoked the lease of term %d, not the leader's %d", kv.CreateRevision, s.token)
+	if kv.CreateRevision != s.Token {
+		return fmt.Errorf("revoked the lease of term %d, not the leader's %d", kv.CreateRevision, s.Token)
 	}
-	s.notes = append(s.notes, fmt.Sprintf("revoked lease %x", kv.Lease))
+	s.Notes = append(s.Notes, fmt.Sprintf("revoked lease %x", kv.Lease))
 	return nil
 }
 

@@ -22,8 +22,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
 	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/safety"
 )
 
 const (
@@ -43,16 +43,16 @@ func TestSafetyPostgres(t *testing.T) {
 	server := pgtest.Start(t)
 	var reports []safetyReport
 	defer func() {
-		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safetyTable(reports))
+		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safety.Table(reports))
 	}()
 	for _, mode := range []string{"reject", "redirect", "forward"} {
 		t.Run(mode, func(t *testing.T) {
 			env := startPGSafetyEnv(t, server, mode)
 			for _, sc := range pgSafetyScenarios(server, mode) {
-				sc.name = mode + "_" + sc.name
-				if !t.Run(sc.name, func(t *testing.T) {
-					env.t = t
-					reports = append(reports, runScenarioOn(t, env, sc))
+				sc.Name = mode + "_" + sc.Name
+				if !t.Run(sc.Name, func(t *testing.T) {
+					env.T = t
+					reports = append(reports, safety.RunOn(t, env, sc))
 				}) {
 					return // the fleet's state is unknown: the next faults would tell nothing
 				}
@@ -73,22 +73,14 @@ func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode string) *safetyE
 // leader.
 func startPGEnv(t *testing.T, server *pgtest.Server, name, mode string, extra map[string]any, change ...func(*Config)) *safetyEnv {
 	t.Helper()
-	env := &safetyEnv{t: t, backend: startBackend(t), links: map[string][]*faultproxy.Proxy{}}
-	env.cfg = Config{Follower: mode, Backend: env.backend.srv.URL, InstanceStore: map[string]map[string]any{}}
+	env := safety.NewEnv[*etcdProcs](t, caddyBin, nil, Config{Follower: mode})
 	for _, c := range change {
-		c(&env.cfg)
+		c(&env.Cfg)
 	}
-	for i := range pgSafetyInstances {
-		id := fmt.Sprintf("c%d", i) // StartFleet's ids
-		p, err := faultproxy.New(server.Addr())
-		if err != nil {
-			t.Fatalf("fault proxy %s -> PostgreSQL: %v", id, err)
-		}
-		t.Cleanup(func() { p.Close() })
-		env.links[id] = []*faultproxy.Proxy{p}
-		env.cfg.InstanceStore[id] = pgStoreConfig(server, p.Addr(), name, id, extra)
-	}
-	env.launch(t, pgSafetyInstances)
+	env.LinkEach(pgSafetyInstances, server.Addr(), func(id, addr string) map[string]any {
+		return pgStoreConfig(server, addr, name, id, extra)
+	})
+	env.Launch(t, pgSafetyInstances)
 	return env
 }
 
@@ -113,39 +105,39 @@ func pgAppName(name, id string) string { return "safety-" + name + "-" + id }
 // pgSafetyScenarios are the faults, in the order one fleet goes through them.
 func pgSafetyScenarios(server *pgtest.Server, mode string) []safetyScenario {
 	base := []safetyScenario{
-		{name: "pg_terminate_backend_of_the_leader", load: 3 * time.Second, change: mayChange, fault: func(s *scenarioRun) {
-			n := server.QueryInt(s.t, fmt.Sprintf(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-				WHERE application_name = '%s'`, pgAppName(mode, s.leader.ID)))
+		{Name: "pg_terminate_backend_of_the_leader", Load: 3 * time.Second, Change: safety.MayChange, Fault: func(s *scenarioRun) {
+			n := server.QueryInt(s.T, fmt.Sprintf(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE application_name = '%s'`, pgAppName(mode, s.Leader.ID)))
 			if n == 0 {
-				s.t.Fatalf("leader %s had no connection to terminate", s.leader)
+				s.T.Fatalf("leader %s had no connection to terminate", s.Leader)
 			}
-			s.notes = append(s.notes, fmt.Sprintf("%d backends terminated", n))
+			s.Notes = append(s.Notes, fmt.Sprintf("%d backends terminated", n))
 		}},
-		{name: "election_row_deleted_by_hand", load: 3 * time.Second, change: mustChange, fault: func(s *scenarioRun) {
-			n := server.QueryInt(s.t, fmt.Sprintf(`WITH d AS (DELETE FROM safety_%s_elections WHERE name = 'default' RETURNING 1)
+		{Name: "election_row_deleted_by_hand", Load: 3 * time.Second, Change: safety.MustChange, Fault: func(s *scenarioRun) {
+			n := server.QueryInt(s.T, fmt.Sprintf(`WITH d AS (DELETE FROM safety_%s_elections WHERE name = 'default' RETURNING 1)
 				SELECT count(*) FROM d`, mode))
 			if n != 1 {
-				s.t.Fatalf("delete the election row: %d rows deleted, want 1", n)
+				s.T.Fatalf("delete the election row: %d rows deleted, want 1", n)
 			}
 		}},
-		{name: "leader_cut_off_from_postgres_2ttl", load: 6 * time.Second, change: mustChange, fault: func(s *scenarioRun) {
-			s.cut(s.leader)
+		{Name: "leader_cut_off_from_postgres_2ttl", Load: 6 * time.Second, Change: safety.MustChange, Fault: func(s *scenarioRun) {
+			s.Cut(s.Leader)
 			time.Sleep(2 * ttl)
-			s.heal(s.leader)
+			s.Heal(s.Leader)
 		}},
-		{name: "sigstop_leader_2ttl_then_sigcont", load: 7 * time.Second, frozen: true, change: mustChange, fault: sigstopFault},
-		{name: "sigterm_leader", load: 3 * time.Second, change: mustChange, noErrors: mode == "forward", fault: func(s *scenarioRun) {
-			s.survivors = others(s.fleet, s.leader)
-			s.load.markDown(s.leader)
-			s.leader.Term()
+		{Name: "sigstop_leader_2ttl_then_sigcont", Load: 7 * time.Second, Frozen: true, Change: safety.MustChange, Fault: safety.SigstopFault[*etcdProcs]},
+		{Name: "sigterm_leader", Load: 3 * time.Second, Change: safety.MustChange, NoErrors: mode == "forward", Fault: func(s *scenarioRun) {
+			s.Survivors = others(s.Fleet, s.Leader)
+			s.Load.MarkDown(s.Leader)
+			s.Leader.Term()
 		}},
-		{name: "sigkill_leader", load: 5 * time.Second, change: mustChange, fault: func(s *scenarioRun) {
-			s.survivors = others(s.fleet, s.leader)
-			s.leader.Kill()
+		{Name: "sigkill_leader", Load: 5 * time.Second, Change: safety.MustChange, Fault: func(s *scenarioRun) {
+			s.Survivors = others(s.Fleet, s.Leader)
+			s.Leader.Kill()
 		}},
 	}
 	for i := range base {
-		base[i].warmup, base[i].rate = pgSafetyWarmup, pgSafetyRate
+		base[i].Warmup, base[i].Rate = pgSafetyWarmup, pgSafetyRate
 	}
 	return base
 }
@@ -166,39 +158,39 @@ func TestSafetyPostgresPolling(t *testing.T) {
 	server := pgtest.Start(t)
 	var reports []safetyReport
 	defer func() {
-		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL with disable_listen, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safetyTable(reports))
+		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL with disable_listen, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safety.Table(reports))
 	}()
 	const name = "polling"
 	prefix := pgTablePrefix(name)
 	env := startPGEnv(t, server, name, mode, map[string]any{"disable_listen": true})
 	for i := range runs {
 		sc := safetyScenario{
-			name: fmt.Sprintf("cut_off_after_a_heartbeat_and_row_deleted_%d", i+1), load: 6 * time.Second,
-			warmup: pgSafetyWarmup, rate: pgSafetyRate, change: mustChange,
-			fault: func(s *scenarioRun) {
+			Name: fmt.Sprintf("cut_off_after_a_heartbeat_and_row_deleted_%d", i+1), Load: 6 * time.Second,
+			Warmup: pgSafetyWarmup, Rate: pgSafetyRate, Change: safety.MustChange,
+			Fault: func(s *scenarioRun) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				conn, err := pgx.Connect(ctx, server.DSN())
 				if err != nil {
-					s.t.Fatal(err)
+					s.T.Fatal(err)
 				}
 				defer conn.Close(context.Background())
 				if err := afterHeartbeat(ctx, conn, prefix); err != nil {
-					s.t.Fatal(err)
+					s.T.Fatal(err)
 				}
-				s.faultAt = time.Now() // the wait for the heartbeat was no fault yet
-				s.cut(s.leader)
+				s.FaultAt = time.Now() // the wait for the heartbeat was no fault yet
+				s.Cut(s.Leader)
 				tag, err := conn.Exec(ctx, fmt.Sprintf(`DELETE FROM %selections WHERE name = 'default'`, prefix))
 				if err != nil || tag.RowsAffected() != 1 {
-					s.t.Fatalf("delete the election row: %v, %v", tag, err)
+					s.T.Fatalf("delete the election row: %v, %v", tag, err)
 				}
 				time.Sleep(2 * ttl)
-				s.heal(s.leader)
+				s.Heal(s.Leader)
 			},
 		}
-		if !t.Run(sc.name, func(t *testing.T) {
-			env.t = t
-			reports = append(reports, runScenarioOn(t, env, sc))
+		if !t.Run(sc.Name, func(t *testing.T) {
+			env.T = t
+			reports = append(reports, safety.RunOn(t, env, sc))
 		}) {
 			return
 		}

@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/safety"
 )
 
 // Environment variables of TestSafetySoak.
@@ -106,31 +107,31 @@ func runSoak(t *testing.T, d time.Duration, failsafe bool) {
 	loadDone := make(chan struct{})
 	stopLoad := make(chan struct{})
 	go func() { defer close(loadDone); s.runLoad(stopLoad) }()
-	time.Sleep(safetyWarmup)
+	time.Sleep(safety.DefaultWarmup)
 	s.inject(d)
 	s.repairAll()
 
-	leader, token := WaitStableLeader(t, s.current(), recoverTimeout)
+	leader, token := WaitStableLeader(t, s.current(), safety.RecoverTimeout)
 	s.event("fleet agrees: %s leads with token %d", leader, token)
 	time.Sleep(soakSettle)
 	close(stopLoad)
 	<-loadDone
-	if o := env.post(leader, "/gated/final", "final"); o.Status != http.StatusOK {
+	if o := env.Post(leader, "/gated/final", "final"); o.Status != http.StatusOK {
 		t.Errorf("leader %s after the faults: /gated/final = %d, %v; want 200", leader, o.Status, o.Err)
-	} else if a := env.waitArrival("final", 5*time.Second, false); a.Token != token || a.ServedBy != leader.ID {
+	} else if a := env.WaitArrival("final", 5*time.Second, false); a.Token != token || a.ServedBy != leader.ID {
 		t.Errorf("leader %s (token %d) after the faults: /gated/final arrived from %s with token %d", leader, token, a.ServedBy, a.Token)
 	}
 
-	log := env.backend.log()
-	rep := checkSafety("soak", s.results, log, env.token, time.Time{}, time.Time{})
+	log := env.Backend.Log()
+	rep := safety.Check("soak", s.results, log, env.Token, time.Time{}, time.Time{})
 	// checkStale judges the stale arrivals, freeze by freeze and request by request; the
 	// rest of checkReport's rules apply as they are.
 	rep.Frozen = true
 	rep.Notes = fmt.Sprintf("seed %d, faults: %s", seed, s.faultSummary())
-	checkReport(t, mayChange, &rep)
+	safety.CheckReport(t, safety.MayChange, &rep, ttl)
 	s.checkStale(log)
 	t.Logf("soak: %d requests (%s), %d arrivals over %d terms; %d double admissions (by time, up to %s), %d stale arrivals (by token), %d with a wrong token",
-		len(s.results), fmtStatuses(rep.Statuses, true), len(log), len(rep.Terms), rep.Double, fmtDur(rep.DoubleSpan), rep.Stale, rep.Wrong)
+		len(s.results), safety.FmtStatuses(rep.Statuses, true), len(log), len(rep.Terms), rep.Double, safety.FmtDur(rep.DoubleSpan), rep.Stale, rep.Wrong)
 	if len(rep.Terms) < 2 {
 		t.Errorf("only terms %v served in the whole soak: the faults did not move leadership", rep.Terms)
 	}
@@ -183,7 +184,7 @@ func newSoak(t *testing.T, env *safetyEnv, seed int64, kinds []soakFault) *soak 
 		safetyEnv: env,
 		rng:       rand.New(rand.NewSource(seed)),
 		kinds:     kinds,
-		op:        env.etcd.Client(),
+		op:        env.Store.Client(),
 		start:     time.Now(),
 		cfgs:      map[string]Config{},
 		inst:      map[string]*Instance{},
@@ -196,10 +197,10 @@ func newSoak(t *testing.T, env *safetyEnv, seed int64, kinds []soakFault) *soak 
 	// One follower mode per instance, assigned by the seed. A reload keeps the term.
 	modes := []string{"reject", "redirect", "forward"}
 	s.rng.Shuffle(len(modes), func(i, j int) { modes[i], modes[j] = modes[j], modes[i] })
-	for i, in := range env.fleet {
-		cfg := env.cfg
+	for i, in := range env.Fleet {
+		cfg := env.Cfg
 		cfg.Follower = modes[i%len(modes)]
-		if cfg.Follower != env.cfg.Follower {
+		if cfg.Follower != env.Cfg.Follower {
 			in.Reload(cfg)
 		}
 		s.cfgs[in.ID] = cfg
@@ -208,7 +209,7 @@ func newSoak(t *testing.T, env *safetyEnv, seed int64, kinds []soakFault) *soak 
 		s.ids = append(s.ids, in.ID)
 		s.event("%s runs follower mode %s", in, cfg.Follower)
 	}
-	s.event("%s leads with token %d", env.leader, env.token)
+	s.event("%s leads with token %d", env.Leader, env.Token)
 	return s
 }
 
@@ -259,7 +260,7 @@ func (s *soak) runLoad(stop chan struct{}) {
 		wg.Add(1)
 		go func(id string) {
 			defer wg.Done()
-			o := s.post(target, "/gated/soak", id)
+			o := s.Post(target, "/gated/soak", id)
 			s.loadMu.Lock()
 			s.results = append(s.results, o)
 			s.loadMu.Unlock()
@@ -392,14 +393,14 @@ func (s *soak) strike() {
 		s.after(s.between(500*time.Millisecond, 3*time.Second), "restart "+target, func() { s.restart(target) })
 	case "sigterm":
 		s.setDown(target, true) // the load balancer's health check
-		in.signal(syscall.SIGTERM)
+		in.Signal(syscall.SIGTERM)
 		s.procFault[target] = kind
 		s.event("SIGTERM %s (%s)", in, role)
 		s.after(s.between(time.Second, 3*time.Second), "restart "+target+" once it has exited", func() {
 			select {
 			case <-in.Process().Exited():
 			case <-time.After(exitTimeout):
-				s.t.Errorf("instance %s: still running %v after SIGTERM (drain_timeout 3s); killing it", in, exitTimeout)
+				s.T.Errorf("instance %s: still running %v after SIGTERM (drain_timeout 3s); killing it", in, exitTimeout)
 				in.Kill()
 			}
 			s.restart(target)
@@ -415,29 +416,29 @@ func (s *soak) strike() {
 			delete(s.procFault, target)
 		})
 	case "cut":
-		s.cut(in)
+		s.Cut(in)
 		s.linkFault[target] = kind
 		s.event("cut %s's links to etcd (%s)", in, role)
 		s.after(s.between(time.Second, 2*ttl+time.Second), "heal "+target+"'s links", func() {
-			s.heal(in)
+			s.Heal(in)
 			delete(s.linkFault, target)
 		})
 	case "slow":
 		by := s.between(100*time.Millisecond, 800*time.Millisecond)
-		s.delay(in, by)
+		s.Delay(in, by)
 		s.linkFault[target] = kind
-		s.event("slow %s's links to etcd by %s each way (%s)", in, fmtDur(by), role)
+		s.event("slow %s's links to etcd by %s each way (%s)", in, safety.FmtDur(by), role)
 		s.after(s.between(time.Second, 3*ttl), "heal "+target+"'s links", func() {
-			s.heal(in)
+			s.Heal(in)
 			delete(s.linkFault, target)
 		})
 	case "etcd_member_sigkill":
-		m := s.rng.Intn(len(s.etcd.members))
-		s.etcd.Kill(m)
+		m := s.rng.Intn(len(s.Store.members))
+		s.Store.Kill(m)
 		s.etcdDown = m
 		s.event("SIGKILL etcd member m%d", m)
 		s.after(s.between(time.Second, 2*ttl+time.Second), fmt.Sprintf("restart etcd member m%d", m), func() {
-			s.etcd.Restart(m)
+			s.Store.Restart(m)
 			s.etcdDown = -1
 		})
 	case "key_delete":
@@ -510,7 +511,7 @@ func (s *soak) setDown(id string, down bool) {
 // restart starts instance id again with its config (on new ports) and puts it back in the
 // load's rotation.
 func (s *soak) restart(id string) {
-	in := StartInstance(s.t, id, s.cfgs[id])
+	in := StartInstance(s.T, id, s.cfgs[id])
 	s.mu.Lock()
 	s.inst[id] = in
 	s.runs = append(s.runs, in)
@@ -564,18 +565,18 @@ func (s *soak) checkStale(log []arrival) {
 				transit = max(transit, a.At.Sub(a.Admitted))
 			default:
 				if unexplained++; unexplained <= 10 {
-					s.t.Errorf("STALE ARRIVAL: request %s served by %s with token %d after token %d had arrived, sent on %s after a newer term had sent one on, and %s was not frozen in between; soak time: gate entered %s, sent on %s (a newer term's first at %s), arrived %s",
-						a.ReqID, a.ServedBy, a.Token, highest, fmtDur(a.Admitted.Sub(newer)), a.ServedBy, s.at(a.Entered), s.at(a.Admitted), s.at(newer), s.at(a.At))
+					s.T.Errorf("STALE ARRIVAL: request %s served by %s with token %d after token %d had arrived, sent on %s after a newer term had sent one on, and %s was not frozen in between; soak time: gate entered %s, sent on %s (a newer term's first at %s), arrived %s",
+						a.ReqID, a.ServedBy, a.Token, highest, safety.FmtDur(a.Admitted.Sub(newer)), a.ServedBy, s.at(a.Entered), s.at(a.Admitted), s.at(newer), s.at(a.At))
 				}
 			}
 		}
 		highest = max(highest, a.Token)
 	}
 	if unexplained > 10 {
-		s.t.Errorf("STALE ARRIVALS: %d in all that neither a freeze nor a slow way explains", unexplained)
+		s.T.Errorf("STALE ARRIVALS: %d in all that neither a freeze nor a slow way explains", unexplained)
 	}
-	s.t.Logf("soak: stale arrivals: %d of requests admitted before their instance was frozen, %d in flight (sent on before any newer term sent one, up to %s on the way), %d unexplained",
-		frozen, inFlight, fmtDur(transit), unexplained)
+	s.T.Logf("soak: stale arrivals: %d of requests admitted before their instance was frozen, %d in flight (sent on before any newer term sent one, up to %s on the way), %d unexplained",
+		frozen, inFlight, safety.FmtDur(transit), unexplained)
 }
 
 // at renders t as the time since the soak began.
@@ -611,7 +612,7 @@ func (s *soak) electionLogs() string {
 	}
 	var lines []logLine
 	for _, in := range s.runs {
-		raw, err := os.ReadFile(in.logPath)
+		raw, err := os.ReadFile(in.LogPath())
 		if err != nil {
 			lines = append(lines, logLine{text: fmt.Sprintf("%s (%s): no log: %v", in, in.URL(), err)})
 			continue

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/internal/fleet"
 	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/safety"
 )
 
 // TestSafetyUnprovenSuccessor: the leader P is cut off from the store, so it admits until
@@ -30,7 +31,7 @@ func TestSafetyUnprovenSuccessor(t *testing.T) {
 	started := time.Now()
 	var reports []safetyReport
 	defer func() {
-		t.Logf("RESULTS (ttl %v, %d instances; %v in all):%s", ttl, pgSafetyInstances, time.Since(started).Round(time.Second), safetyTable(reports))
+		t.Logf("RESULTS (ttl %v, %d instances; %v in all):%s", ttl, pgSafetyInstances, time.Since(started).Round(time.Second), safety.Table(reports))
 	}()
 	var server *pgtest.Server
 	stores := []struct {
@@ -57,11 +58,11 @@ func TestSafetyUnprovenSuccessor(t *testing.T) {
 				t.Run(mode, func(t *testing.T) {
 					env, store := st.start(t, mode)
 					for _, sc := range unprovenScenarios(store) {
-						sc.name = st.name + "_" + mode + "_" + sc.name
-						sc.warmup, sc.rate = pgSafetyWarmup, pgSafetyRate
-						if !t.Run(sc.name, func(t *testing.T) {
-							env.t = t
-							reports = append(reports, runScenarioOn(t, env, sc))
+						sc.Name = st.name + "_" + mode + "_" + sc.Name
+						sc.Warmup, sc.Rate = pgSafetyWarmup, pgSafetyRate
+						if !t.Run(sc.Name, func(t *testing.T) {
+							env.T = t
+							reports = append(reports, safety.RunOn(t, env, sc))
 						}) {
 							return // the fleet's state is unknown: the next sequences would tell nothing
 						}
@@ -83,13 +84,13 @@ type unprovenStore struct {
 func etcdUnproven(env *safetyEnv) unprovenStore {
 	return unprovenStore{
 		deleteKey: func(s *scenarioRun) {
-			if err := deleteElectionKey(s, s.etcd.Client()); err != nil {
-				s.t.Fatal(err)
+			if err := deleteElectionKey(s, s.Store.Client()); err != nil {
+				s.T.Fatal(err)
 			}
 		},
 		join: func(id string) Config {
-			cfg := env.cfg
-			cfg.InstanceEndpoints = map[string][]string{id: {env.etcd.Addr(0), env.etcd.Addr(1), env.etcd.Addr(2)}}
+			cfg := env.Cfg
+			cfg.InstanceEndpoints = map[string][]string{id: {env.Store.Addr(0), env.Store.Addr(1), env.Store.Addr(2)}}
 			return cfg
 		},
 	}
@@ -99,14 +100,14 @@ func pgUnproven(t *testing.T, server *pgtest.Server, name, mode string, extra ma
 	env := startPGEnv(t, server, name, mode, extra)
 	return env, unprovenStore{
 		deleteKey: func(s *scenarioRun) {
-			n := server.QueryInt(s.t, fmt.Sprintf(`WITH d AS (DELETE FROM %selections WHERE name = 'default' RETURNING 1)
+			n := server.QueryInt(s.T, fmt.Sprintf(`WITH d AS (DELETE FROM %selections WHERE name = 'default' RETURNING 1)
 				SELECT count(*) FROM d`, pgTablePrefix(name)))
 			if n != 1 {
-				s.t.Fatalf("delete the election row: %d rows deleted, want 1", n)
+				s.T.Fatalf("delete the election row: %d rows deleted, want 1", n)
 			}
 		},
 		join: func(id string) Config {
-			cfg := env.cfg
+			cfg := env.Cfg
 			cfg.InstanceStore = map[string]map[string]any{id: pgStoreConfig(server, server.Addr(), name, id, extra)}
 			return cfg
 		},
@@ -121,15 +122,15 @@ func unprovenScenarios(store unprovenStore) []safetyScenario {
 	// cutAndDelete cuts the leader off, deletes its key at once, and returns the
 	// follower that won it and now waits for the cut-off leader.
 	cutAndDelete := func(s *scenarioRun) *Instance {
-		s.cut(s.leader)
-		s.t.Cleanup(func() { s.heal(s.leader) })
+		s.Cut(s.Leader)
+		s.T.Cleanup(func() { s.Heal(s.Leader) })
 		store.deleteKey(s)
 		return waitingWinner(s)
 	}
 	// settleAndHeal lets two ttls pass, heals the old leader's links and notes who leads.
 	settleAndHeal := func(s *scenarioRun) {
 		time.Sleep(2 * ttl)
-		s.heal(s.leader)
+		s.Heal(s.Leader)
 	}
 	// handOver asks the waiting winner, through its admin API, at the path that path
 	// makes of the id of another follower.
@@ -137,8 +138,8 @@ func unprovenScenarios(store unprovenStore) []safetyScenario {
 		return func(s *scenarioRun) {
 			w := cutAndDelete(s)
 			to := ""
-			for _, in := range s.fleet {
-				if in != w && in != s.leader {
+			for _, in := range s.Fleet {
+				if in != w && in != s.Leader {
 					to = in.ID
 				}
 			}
@@ -147,44 +148,44 @@ func unprovenScenarios(store unprovenStore) []safetyScenario {
 			resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost,
 				fmt.Sprintf("http://127.0.0.1:%d%s", w.AdminPort, path(to)), nil, 3*ttl)
 			if err != nil || resp.Status != http.StatusOK {
-				s.t.Errorf("POST %s to the waiting winner %s: %v %d %s", path(to), w, err, resp.Status, resp.Body)
+				s.T.Errorf("POST %s to the waiting winner %s: %v %d %s", path(to), w, err, resp.Status, resp.Body)
 			}
-			s.notes = append(s.notes, fmt.Sprintf("%s waited, then handed over", w))
+			s.Notes = append(s.Notes, fmt.Sprintf("%s waited, then handed over", w))
 			settleAndHeal(s)
 		}
 	}
 	return []safetyScenario{
-		{name: "waiting_winner_transfers", load: unprovenLoad, change: mustChange,
-			fault: handOver(func(to string) string { return "/leader/default/transfer?timeout=10s&to=" + to })},
-		{name: "waiting_winner_resigns", load: unprovenLoad, change: mustChange,
-			fault: handOver(func(string) string { return "/leader/default/resign?hold_off=1s" })},
-		{name: "key_deleted_again", load: unprovenLoad, change: mustChange, fault: func(s *scenarioRun) {
+		{Name: "waiting_winner_transfers", Load: unprovenLoad, Change: safety.MustChange,
+			Fault: handOver(func(to string) string { return "/leader/default/transfer?timeout=10s&to=" + to })},
+		{Name: "waiting_winner_resigns", Load: unprovenLoad, Change: safety.MustChange,
+			Fault: handOver(func(string) string { return "/leader/default/resign?hold_off=1s" })},
+		{Name: "key_deleted_again", Load: unprovenLoad, Change: safety.MustChange, Fault: func(s *scenarioRun) {
 			w := cutAndDelete(s)
 			store.deleteKey(s)
-			s.notes = append(s.notes, fmt.Sprintf("%s's key deleted too", w))
+			s.Notes = append(s.Notes, fmt.Sprintf("%s's key deleted too", w))
 			settleAndHeal(s)
 		}},
-		{name: "waiting_winner_sigterm", load: unprovenLoad, change: mustChange, fault: func(s *scenarioRun) {
+		{Name: "waiting_winner_sigterm", Load: unprovenLoad, Change: safety.MustChange, Fault: func(s *scenarioRun) {
 			w := cutAndDelete(s)
-			s.survivors = others(s.fleet, w)
-			s.load.markDown(w)
+			s.Survivors = others(s.Fleet, w)
+			s.Load.MarkDown(w)
 			w.Term()
-			s.notes = append(s.notes, fmt.Sprintf("%s sent SIGTERM while waiting", w))
+			s.Notes = append(s.Notes, fmt.Sprintf("%s sent SIGTERM while waiting", w))
 			settleAndHeal(s)
 		}},
-		{name: "fresh_candidate_alone", load: unprovenLoad, change: mustChange, fault: func(s *scenarioRun) {
-			p := s.leader
-			s.cut(p)
-			s.t.Cleanup(func() { s.heal(p) })
-			for _, in := range others(s.fleet, p) {
-				s.load.markDown(in)
+		{Name: "fresh_candidate_alone", Load: unprovenLoad, Change: safety.MustChange, Fault: func(s *scenarioRun) {
+			p := s.Leader
+			s.Cut(p)
+			s.T.Cleanup(func() { s.Heal(p) })
+			for _, in := range others(s.Fleet, p) {
+				s.Load.MarkDown(in)
 				in.Kill()
 			}
 			store.deleteKey(s)
-			fresh := StartInstance(s.t, "c9", store.join("c9"))
-			s.load.add(fresh)
-			s.survivors = []*Instance{p, fresh}
-			s.notes = append(s.notes, fmt.Sprintf("%s started as the only live candidate", fresh))
+			fresh := StartInstance(s.T, "c9", store.join("c9"))
+			s.Load.Add(fresh)
+			s.Survivors = []*Instance{p, fresh}
+			s.Notes = append(s.Notes, fmt.Sprintf("%s started as the only live candidate", fresh))
 			settleAndHeal(s)
 		}},
 	}
@@ -195,12 +196,12 @@ func unprovenScenarios(store unprovenStore) []safetyScenario {
 func waitingWinner(s *scenarioRun) *Instance {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, in := range others(s.fleet, s.leader) {
+		for _, in := range others(s.Fleet, s.Leader) {
 			w, err := in.Whoami()
-			if err != nil || w.Leader == "" || w.Leader == s.leader.ID {
+			if err != nil || w.Leader == "" || w.Leader == s.Leader.ID {
 				continue
 			}
-			for _, c := range s.fleet {
+			for _, c := range s.Fleet {
 				if c.ID == w.Leader {
 					return c
 				}
@@ -208,6 +209,6 @@ func waitingWinner(s *scenarioRun) *Instance {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	s.t.Fatalf("no follower of the cut-off leader %s won the deleted key", s.leader)
+	s.T.Fatalf("no follower of the cut-off leader %s won the deleted key", s.Leader)
 	return nil
 }

@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"path/filepath"
 	"sort"
 	"syscall"
 	"testing"
@@ -15,13 +14,7 @@ import (
 // kube-apiserver: a SIGTERM'd leader hands over at once, a SIGKILL'd one is replaced once
 // its lease expires, and the instances agree on one leader throughout.
 func TestProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds Caddy and starts kube-apiserver")
-	}
-	bin := filepath.Join(t.TempDir(), "caddy")
-	if err := fleet.BuildPackage(bin, "github.com/caddyleader/caddy-leader/kubernetes/cmd/caddy", false); err != nil {
-		t.Fatal(err)
-	}
+	needCaddy(t)
 	srv := kubetest.Start(t, kubetest.Options{})
 	const ttl = 2 * time.Second
 	cfg := fleet.Config{
@@ -30,7 +23,7 @@ func TestProcesses(t *testing.T) {
 	}
 	var handovers, failovers []time.Duration
 	for round := range 3 {
-		instances := fleet.StartInstances(t, bin, 3, cfg)
+		instances := fleet.StartInstances(t, caddyBin, 3, cfg)
 		leader, token := fleet.WaitStableLeader(t, instances, 3*ttl+10*time.Second)
 
 		start := time.Now()

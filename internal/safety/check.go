@@ -1,6 +1,4 @@
-//go:build unix
-
-package e2e
+package safety
 
 import (
 	"fmt"
@@ -11,7 +9,7 @@ import (
 	"time"
 )
 
-// safetyReport is what the checker finds in the backend's log and the clients' log of one
+// Report is what the checker finds in the backend's log and the clients' log of one
 // scenario. The rule it applies is written down in the README's "Safety model" section:
 //
 //   - A term is a fencing token. Its instance is the one that served most of its requests.
@@ -28,14 +26,14 @@ import (
 //     first arrival but is not double leadership: the old leader admitted it before the
 //     new one admitted anything, and it was still on its way (the overlap of the two
 //     terms' arrival intervals that in-flight requests explain).
-type safetyReport struct {
+type Report struct {
 	Scenario   string
 	Renews     bool           // the fault let renewals through (slow links): see safetyScenario.renews
 	Title      string         // the table's name for it; empty: Scenario with spaces for underscores
 	Requests   int            // client requests
 	Statuses   map[int]int    // client outcomes by status; 0 is no answer
 	Errors     int            // client requests not answered 200
-	Terms      []termSummary  // in token order
+	Terms      []TermSummary  // in token order
 	Stale      int            // stale arrivals
 	StaleWrong int            // stale arrivals that also carry another instance's token
 	Wrong      int            // arrivals with another instance's token
@@ -55,8 +53,8 @@ type safetyReport struct {
 	Notes        string
 }
 
-// termSummary is one term as the backend saw it.
-type termSummary struct {
+// TermSummary is one term as the backend saw it.
+type TermSummary struct {
 	Token       int64
 	Instance    string
 	Count       int
@@ -65,12 +63,12 @@ type termSummary struct {
 	LastEntered time.Time // latest X-Gate-Entered of its own instance's requests
 }
 
-func (s termSummary) String() string { return fmt.Sprintf("%s:%d", s.Instance, s.Token) }
+func (s TermSummary) String() string { return fmt.Sprintf("%s:%d", s.Instance, s.Token) }
 
-// checkSafety applies the rule to the backend's log and the clients' outcomes. oldToken is
+// Check applies the rule to the backend's log and the clients' outcomes. oldToken is
 // the term that led when the fault began at faultAt; loadEnd is when the load stopped.
-func checkSafety(name string, results []outcome, log []arrival, oldToken int64, faultAt, loadEnd time.Time) safetyReport {
-	rep := safetyReport{Scenario: name, Requests: len(results), Statuses: summarize(results), Takeover: -1, Extra: map[string]int{}}
+func Check(name string, results []Outcome, log []Arrival, oldToken int64, faultAt, loadEnd time.Time) Report {
+	rep := Report{Scenario: name, Requests: len(results), Statuses: Summarize(results), Takeover: -1, Extra: map[string]int{}}
 	for _, o := range results {
 		if o.Status != http.StatusOK {
 			rep.Errors++
@@ -105,14 +103,14 @@ func checkSafety(name string, results []outcome, log []arrival, oldToken int64, 
 		}
 		owner[token] = best
 	}
-	terms := map[int64]*termSummary{}
+	terms := map[int64]*TermSummary{}
 	for _, a := range log {
 		if _, ok := owner[a.Token]; !ok || a.Entered.IsZero() || a.Admitted.IsZero() {
 			continue
 		}
 		s := terms[a.Token]
 		if s == nil {
-			s = &termSummary{Token: a.Token, Instance: owner[a.Token], First: a.At}
+			s = &TermSummary{Token: a.Token, Instance: owner[a.Token], First: a.At}
 			terms[a.Token] = s
 		}
 		s.Count++
@@ -174,7 +172,7 @@ func checkSafety(name string, results []outcome, log []arrival, oldToken int64, 
 			rep.Double++
 			rep.DoubleSpan = max(rep.DoubleSpan, a.Entered.Sub(adm))
 			problem("double leadership: %s admitted request %s under token %d; its gate began %s after a newer term had admitted a request",
-				a.ServedBy, a.ReqID, a.Token, fmtDur(a.Entered.Sub(adm)))
+				a.ServedBy, a.ReqID, a.Token, FmtDur(a.Entered.Sub(adm)))
 			continue
 		}
 		if fa := firstAbove[a.Token]; !fa.IsZero() && a.At.After(fa) {
@@ -220,14 +218,14 @@ func sinceFault(t, faultAt time.Time) string {
 	if faultAt.IsZero() {
 		return "at " + t.Format("15:04:05.000")
 	}
-	return fmtDur(t.Sub(faultAt)) + " after the fault"
+	return FmtDur(t.Sub(faultAt)) + " after the fault"
 }
 
-// fmtDur renders d for the table: ms below a second, else seconds with two decimals.
-func fmtDur(d time.Duration) string {
+// FmtDur renders d for the table: ms below a second, else seconds with two decimals.
+func FmtDur(d time.Duration) string {
 	switch {
 	case d < 0:
-		return "−" + fmtDur(-d)
+		return "−" + FmtDur(-d)
 	case d < time.Second:
 		return fmt.Sprintf("%dms", d.Round(time.Millisecond)/time.Millisecond)
 	default:
@@ -235,8 +233,8 @@ func fmtDur(d time.Duration) string {
 	}
 }
 
-// row renders the report as one line of the results table.
-func (r safetyReport) row() string {
+// Row renders the report as one line of the results table.
+func (r Report) Row() string {
 	title := r.Title
 	if title == "" {
 		title = strings.ReplaceAll(r.Scenario, "_", " ")
@@ -260,17 +258,17 @@ func (r safetyReport) row() string {
 	}
 	double := fmt.Sprint(r.Double)
 	if r.Late > 0 {
-		double += fmt.Sprintf(" (%d in flight, ≤%s)", r.Late, fmtDur(r.Overlap))
+		double += fmt.Sprintf(" (%d in flight, ≤%s)", r.Late, FmtDur(r.Overlap))
 	}
 	errs := fmt.Sprintf("%d of %d", r.Errors, r.Requests)
 	if r.Errors > 0 {
-		errs += " (" + fmtStatuses(r.Statuses, false) + ")"
+		errs += " (" + FmtStatuses(r.Statuses, false) + ")"
 	}
 	dash := func(d time.Duration, ok bool) string {
 		if !ok {
 			return "—"
 		}
-		return fmtDur(d)
+		return FmtDur(d)
 	}
 	return fmt.Sprintf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |",
 		title, strings.Join(terms, " → "), r.Wrong, stale, double,
@@ -278,21 +276,22 @@ func (r safetyReport) row() string {
 		errs, r.Notes)
 }
 
-// safetyTable renders reports as the results table, after a newline.
-func safetyTable(reports []safetyReport) string {
+// Table renders reports as the results table, after a newline.
+func Table(reports []Report) string {
 	var b strings.Builder
-	b.WriteString("\n" + safetyTableHeader + "\n")
+	b.WriteString("\n" + TableHeader + "\n")
 	for _, r := range reports {
-		b.WriteString(r.row() + "\n")
+		b.WriteString(r.Row() + "\n")
 	}
 	return b.String()
 }
 
-const safetyTableHeader = "| scenario | terms (instance:token) | wrong token | stale arrivals | double leadership | old leader admitted until | longest time with no request served | first request of the new term | client errors | notes |\n" +
+// TableHeader is the results table's header, which Table begins with.
+const TableHeader = "| scenario | terms (instance:token) | wrong token | stale arrivals | double leadership | old leader admitted until | longest time with no request served | first request of the new term | client errors | notes |\n" +
 	"|---|---|---|---|---|---|---|---|---|---|"
 
-// fmtStatuses renders counts by status as "503×12, no answer×1", with 200 only if ok.
-func fmtStatuses(counts map[int]int, ok bool) string {
+// FmtStatuses renders counts by status as "503×12, no answer×1", with 200 only if ok.
+func FmtStatuses(counts map[int]int, ok bool) string {
 	var parts []string
 	for _, status := range sortedKeys(counts) {
 		if status == http.StatusOK && !ok {

@@ -1,0 +1,99 @@
+package safety
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/caddyleader/caddy-leader/internal/fleet"
+)
+
+// OperatorLinkDelay slows each way of the old leader's links to the store while an operator
+// acts, so that it hears late of what the operator did (issue 10's set-up).
+const OperatorLinkDelay = 300 * time.Millisecond
+
+// OperatorFault slows the leader's links to the store by OperatorLinkDelay, or cuts them and
+// waits half a ttl, lets act strike, waits 2 x ttl and heals the links. Then whoever leads
+// must serve a gated request under a newer term.
+func OperatorFault[S any](cut bool, act func(s *Run[S]) error) func(s *Run[S]) {
+	return func(s *Run[S]) {
+		ttl := s.TTL()
+		if cut {
+			s.Cut(s.Leader)
+			time.Sleep(ttl / 2)
+		} else {
+			s.Delay(s.Leader, OperatorLinkDelay)
+		}
+		if err := act(s); err != nil {
+			s.T.Fatal(err)
+		}
+		time.Sleep(2 * ttl)
+		s.Heal(s.Leader)
+
+		next, token := fleet.WaitStableLeader(s.T, s.Fleet, RecoverTimeout)
+		if token <= s.Token {
+			s.T.Errorf("after the operator's act, %s leads with token %d, not newer than the old term's %d", next, token, s.Token)
+		}
+		id := fmt.Sprintf("after-%d", token) // a fleet may go through several scenarios
+		if o := s.Post(next, "/gated/after", id); o.Status != http.StatusOK {
+			s.T.Errorf("new leader %s: /gated/after = %d, %v; want 200", next, o.Status, o.Err)
+		} else if a := s.WaitArrival(id, 5*time.Second, false); a.Token != token || a.ServedBy != next.ID {
+			s.T.Errorf("new leader %s (token %d): /gated/after arrived from %s with token %d", next, token, a.ServedBy, a.Token)
+		}
+		s.Notes = append(s.Notes, fmt.Sprintf("%s:%d leads afterwards", next, token))
+	}
+}
+
+// SigstopFault freezes the leader for 2 x ttl, then resumes it while requests are sent to
+// it: some were queued in the kernel while it was frozen, so its first requests after
+// SIGCONT are among them.
+func SigstopFault[S any](s *Run[S]) {
+	old := s.Leader
+	old.Stop()
+	s.T.Cleanup(func() { _ = old.Process().Signal(syscall.SIGCONT) })
+	time.Sleep(2*s.TTL() - 50*time.Millisecond)
+
+	const workers = 4
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out []Outcome
+	)
+	stop := make(chan struct{})
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				o := s.Post(old, "/gated/resumed", fmt.Sprintf("s%d-%04d", w, n))
+				mu.Lock()
+				out = append(out, o)
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // the first requests wait in the frozen process's queue
+	s.Mark("resumed")
+	old.Cont()
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	s.Extra = append(s.Extra, out...)
+	s.Notes = append(s.Notes, fmt.Sprintf("%d requests sent to it around SIGCONT: %s", len(out), FmtStatuses(Summarize(out), true)))
+}
+
+// DelayFault delays every link of the leader to the store by d each way for 3 x ttl.
+func DelayFault[S any](d time.Duration) func(s *Run[S]) {
+	return func(s *Run[S]) {
+		s.Delay(s.Leader, d)
+		time.Sleep(3 * s.TTL())
+		s.Heal(s.Leader)
+	}
+}
