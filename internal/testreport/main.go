@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -49,6 +50,10 @@ func report(in io.Reader, out io.Writer) []skip {
 		switch {
 		case e.Action == "build-output":
 			fmt.Fprint(out, e.Output)
+		case e.Test == "" && e.Action == "fail":
+			// A package that failed: tests that never reached a result (the binary
+			// crashed, timed out or exited under them) show what they printed.
+			unfinished(out, e.Package, buffered)
 		case e.Test == "":
 			// A package's own lines: "ok  pkg 1.2s", "FAIL pkg", "--- FAIL", a panic.
 			if e.Action == "output" && e.Output != "PASS\n" && !strings.HasPrefix(e.Output, "=== ") {
@@ -66,7 +71,25 @@ func report(in io.Reader, out io.Writer) []skip {
 			delete(buffered, key)
 		}
 	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(out, "testreport: reading go test's output: %v\n", err)
+	}
 	return skips
+}
+
+// unfinished prints, and forgets, the output of pkg's tests that have no result.
+func unfinished(out io.Writer, pkg string, buffered map[string][]string) {
+	var keys []string
+	for k := range buffered {
+		if strings.HasPrefix(k, pkg+" ") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(out, "--- NO RESULT: %s\n%s", strings.TrimPrefix(k, pkg+" "), strings.Join(buffered[k], ""))
+		delete(buffered, k)
+	}
 }
 
 // skipReason is what a skipped test logged, without the run and result lines.

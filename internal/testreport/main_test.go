@@ -48,6 +48,16 @@ func TestReport(t *testing.T) {
 			wantSummary: "testreport: no test was skipped",
 		},
 		{
+			name: "a_failed_package_shows_its_tests_without_a_result",
+			in: `{"Action":"run","Package":"p","Test":"TestC"}
+{"Action":"output","Package":"p","Test":"TestC","Output":"=== RUN   TestC\n"}
+{"Action":"output","Package":"p","Test":"TestC","Output":"    c_test.go:3: still waiting\n"}
+{"Action":"output","Package":"p","Output":"FAIL\tp\t0.01s\n"}
+{"Action":"fail","Package":"p"}`,
+			wantOut:     "FAIL\tp\t0.01s\n--- NO RESULT: TestC\n=== RUN   TestC\n    c_test.go:3: still waiting\n",
+			wantSummary: "testreport: no test was skipped",
+		},
+		{
 			name:        "build_failure_and_plain_text_are_shown",
 			in:          "{\"Action\":\"build-output\",\"ImportPath\":\"p\",\"Output\":\"p/x.go:1:1: syntax error\\n\"}\ngo: some error",
 			wantOut:     "p/x.go:1:1: syntax error\ngo: some error\n",
