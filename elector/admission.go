@@ -29,14 +29,15 @@ func (e *Election) Enter() (*Term, bool) {
 
 // EnterForwarded is Enter for a request that a peer has forwarded to this instance as to
 // the holder of term token, with a mark the caller has verified against MarkKey(token).
-// It is admitted only under that very term, and only once the term has settled (the
-// predecessor may still admit until then); but it is admitted while the term drains too
-// (the handover waits for it), since the peer has committed it here and may not send it
-// anywhere else. Once the term's release has begun, nothing is admitted.
+// It is admitted only under that very term, once the term has settled (the predecessor
+// may still admit until then), and not while it drains: peers learn of a handover only
+// from the release, so they go on forwarding here until then, and a drain that admitted
+// what they send would not end while the load lasts. A refused request is answered with
+// NotLeaderHeader and the peer sends it on to the successor.
 func (e *Election) EnterForwarded(token int64) (*Term, bool) {
 	e.inflight.Add(1)
 	t := e.term.Load()
-	if t.Token == token && t.open(e.c.now()) {
+	if t.Token == token && t.Leading(e.c.now()) {
 		return t, true
 	}
 	e.inflight.Add(-1)

@@ -2,6 +2,7 @@ package safety
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -221,9 +222,13 @@ func sinceFault(t, faultAt time.Time) string {
 	return FmtDur(t.Sub(faultAt)) + " after the fault"
 }
 
-// FmtDur renders d for the table: ms below a second, else seconds with two decimals.
+// FmtDur renders d for the table: ms below a second, else seconds with two decimals. A
+// difference with a zero time saturates to the smallest Duration, whose negation is
+// itself: that is shown as "never" rather than recursing.
 func FmtDur(d time.Duration) string {
 	switch {
+	case d == math.MinInt64 || d == math.MaxInt64:
+		return "never"
 	case d < 0:
 		return "−" + FmtDur(-d)
 	case d < time.Second:
