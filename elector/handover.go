@@ -49,10 +49,9 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 		return nil
 	}
 	// Let what is in flight finish, then let go. Peers learn of the handover from the
-	// release itself: a request one of them forwards here meanwhile is admitted while the
-	// term drains, and refused (NotLeaderHeader) once its release has begun, and the peer
-	// then sends it on to the successor. No write or wait of its own stands between the
-	// signal and the release.
+	// release itself: a request one of them forwards here meanwhile is refused
+	// (NotLeaderHeader; see EnterForwarded), and the peer sends it on to the successor.
+	// No write or wait of its own stands between the signal and the release.
 	drained, cancelDrain := context.WithTimeout(ctx, time.Duration(e.c.drainTimeout.Load()))
 	e.drain(drained)
 	// The release acknowledges the end of the term in the same transaction, and the
