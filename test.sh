@@ -29,18 +29,27 @@ apt_install() {
 	"${sudo[@]}" apt-get install -y -q --no-install-recommends "$@"
 }
 
+# first_line prints the first line a command writes. Not "| head -n 1": head exits after one
+# line, and under pipefail the SIGPIPE of a command that writes more (haproxy -v does) fails
+# the script at random.
+first_line() {
+	local out
+	out=$("$@" 2>&1)
+	printf '%s\n' "${out%%$'\n'*}"
+}
+
 install_missing() {
 	step "promtool (deploy/prometheus tests)"
 	if ! command -v promtool >/dev/null; then
 		apt_install prometheus # Debian's prometheus package carries promtool.
 	fi
-	promtool --version 2>&1 | head -n 1
+	first_line promtool --version
 
 	step "haproxy (e2e TestHAProxy runs deploy/haproxy with it)"
 	if ! [[ -x /usr/sbin/haproxy ]] && ! command -v haproxy >/dev/null; then
 		apt_install haproxy # the version the recipe in docs/haproxy.md is tested with
 	fi
-	"$(command -v haproxy || echo /usr/sbin/haproxy)" -v | head -n 1
+	first_line "$(command -v haproxy || echo /usr/sbin/haproxy)" -v
 
 	step "PostgreSQL and PgBouncer (internal/pgtest starts its own servers)"
 	have_postgres() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null; }
