@@ -11,7 +11,7 @@ import (
 
 // listener holds the one connection on which a backend LISTENs, outside the pool (a
 // pooled connection goes back to the pool, and its LISTEN with it), and wakes the watches
-// of the election each notification names. Whenever it (re)connects it wakes every watch:
+// each notification is about (see notice). Whenever it (re)connects it wakes every watch:
 // notifications sent while it was away are lost.
 type listener struct {
 	b    *Backend
@@ -19,11 +19,11 @@ type listener struct {
 	once sync.Once
 
 	mu   sync.Mutex
-	subs map[string]map[chan struct{}]struct{}
+	subs map[topic]map[*subscription]struct{}
 }
 
 func newListener(b *Backend, cfg *pgx.ConnConfig) *listener {
-	return &listener{b: b, cfg: cfg.Copy(), subs: make(map[string]map[chan struct{}]struct{})}
+	return &listener{b: b, cfg: cfg.Copy(), subs: make(map[topic]map[*subscription]struct{})}
 }
 
 // start connects in the background, once.
@@ -43,38 +43,75 @@ func (l *listener) start() {
 // stop is a no-op: the backend's context ends run.
 func (l *listener) stop() {}
 
-// subscribe returns a channel that receives a value after each notification for election
-// (at most one pending), and the function that ends the subscription.
-func (l *listener) subscribe(election string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	l.mu.Lock()
-	if l.subs[election] == nil {
-		l.subs[election] = make(map[chan struct{}]struct{})
+// subscription is one watch's: a wake-up after each notification about its topic (at most
+// one pending), and the vacancy the latest of them described, if it did.
+type subscription struct {
+	wake chan struct{}
+
+	mu      sync.Mutex
+	vacated *vacancy
+}
+
+// takeVacancy returns the vacancy the latest notification described (nil if it described
+// none) and forgets it.
+func (s *subscription) takeVacancy() *vacancy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.vacated
+	s.vacated = nil
+	return v
+}
+
+// notify wakes s up, with the vacancy the notification described (nil if none): a later
+// notification makes an earlier vacancy stale.
+func (s *subscription) notify(v *vacancy) {
+	s.mu.Lock()
+	s.vacated = v
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
-	l.subs[election][ch] = struct{}{}
+}
+
+// subscribe returns a subscription to t and the function that ends it.
+func (l *listener) subscribe(t topic) (*subscription, func()) {
+	s := &subscription{wake: make(chan struct{}, 1)}
+	l.mu.Lock()
+	if l.subs[t] == nil {
+		l.subs[t] = make(map[*subscription]struct{})
+	}
+	l.subs[t][s] = struct{}{}
 	l.mu.Unlock()
-	return ch, func() {
+	return s, func() {
 		l.mu.Lock()
-		delete(l.subs[election], ch)
-		if len(l.subs[election]) == 0 {
-			delete(l.subs, election)
+		delete(l.subs[t], s)
+		if len(l.subs[t]) == 0 {
+			delete(l.subs, t)
 		}
 		l.mu.Unlock()
 	}
 }
 
-func (l *listener) wake(election string, all bool) {
+// deliver wakes the subscriptions a notification's payload is about.
+func (l *listener) deliver(payload string) {
+	n := parseNotice(payload)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for name, chans := range l.subs {
-		if !all && name != election {
-			continue
+	for _, t := range n.topics {
+		for s := range l.subs[t] {
+			s.notify(n.vacated)
 		}
-		for ch := range chans {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+	}
+}
+
+// wakeAll wakes every subscription, with no vacancy: notifications may have been lost.
+func (l *listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, subs := range l.subs {
+		for s := range subs {
+			s.notify(nil)
 		}
 	}
 }
@@ -87,7 +124,7 @@ func (l *listener) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		l.wake("", true)
+		l.wakeAll()
 		if !warned {
 			l.b.cfg.Logger.Warn("postgres LISTEN connection lost; watches poll until it is back", zap.Error(l.b.describe(err)))
 			warned = true
@@ -112,12 +149,12 @@ func (l *listener) listen(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+l.b.names.channel); err != nil {
 		return err
 	}
-	l.wake("", true)
+	l.wakeAll()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		l.wake(n.Payload, false)
+		l.deliver(n.Payload)
 	}
 }

@@ -76,7 +76,8 @@ func Schema(prefix string) (string, error) {
 //     reads the key, not its history: without it a heartbeat followed at once by a delete
 //     would reach a watch that read before both as a bare vacancy (see Watch).
 //   - The triggers NOTIFY listeners of every change of an election or intent row,
-//     whoever makes it (an operator's UPDATE or DELETE too).
+//     whoever makes it (an operator's UPDATE or DELETE too), and say which it was; a
+//     key's delete carries the vacancy's revision (notice.go).
 func schema(n names) string {
 	return fmt.Sprintf(`
 CREATE SEQUENCE IF NOT EXISTS %[1]s;
@@ -126,9 +127,9 @@ CREATE TABLE IF NOT EXISTS %[11]s (
 CREATE OR REPLACE FUNCTION %[8]s() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	IF TG_OP = 'DELETE' THEN
-		PERFORM pg_notify('%[9]s', OLD.%[10]s);
+		PERFORM pg_notify('%[9]s', OLD.%[10]s || '/d/' || OLD.token || '/' || OLD.rev || '/' || %[2]s());
 	ELSE
-		PERFORM pg_notify('%[9]s', NEW.%[10]s);
+		PERFORM pg_notify('%[9]s', NEW.%[10]s || '/k');
 	END IF;
 	RETURN NULL;
 END
@@ -164,9 +165,9 @@ CREATE OR REPLACE TRIGGER %[4]s_truncated BEFORE TRUNCATE ON %[4]s
 CREATE OR REPLACE FUNCTION %[8]s_intent() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	IF TG_OP = 'DELETE' THEN
-		PERFORM pg_notify('%[9]s', OLD.election);
+		PERFORM pg_notify('%[9]s', OLD.election || '/i');
 	ELSE
-		PERFORM pg_notify('%[9]s', NEW.election);
+		PERFORM pg_notify('%[9]s', NEW.election || '/i');
 	END IF;
 	RETURN NULL;
 END

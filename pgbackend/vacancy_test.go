@@ -80,7 +80,7 @@ func TestWatchReportsTheLastWriteBeforeAVacancy(t *testing.T) {
 				t.Fatalf("heartbeat: Update = %v, %v", ok, err)
 			}
 			tc.end(t, election, won.Holder.Token, lease)
-			watcher.listener.wake(election, false)
+			watcher.listener.deliver(election)
 
 			var got []string
 			for {

@@ -9,8 +9,9 @@ import (
 
 // PostgreSQL keeps no history of a row, so a watch reads the key's current state again
 // whenever it may have changed and reports it when it differs from the last one reported:
-//   - at once when a NOTIFY names the election (every insert, update or delete of its row,
-//     an operator's too, fires one);
+//   - at once when a NOTIFY names the election's key (every insert, update or delete of its
+//     row, an operator's too, fires one); a delete's says what a read would find, and is
+//     reported as it is when it follows the write last reported (vacancyAfter);
 //   - when the holder's lease is due to expire by the server's clock, since nothing is
 //     written then;
 //   - at least every poll interval, because notifications are lost while the listener
@@ -70,8 +71,16 @@ func (b *Backend) baseline(election string, afterRev int64) (reported, bool) {
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	out := make(chan elector.Observation, 1)
 	base, known := b.baseline(election, afterRev)
-	b.follow(ctx, election, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
-		func(ctx context.Context) (time.Duration, bool) {
+	b.follow(ctx, topic{election: election}, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
+		func(ctx context.Context, vacated *vacancy) (time.Duration, bool) {
+			if s, ok := vacancyAfter(base, known, vacated); ok {
+				if !send(ctx, out, s.obs) {
+					return 0, false
+				}
+				b.remember(election, s)
+				base = s
+				return 0, true
+			}
 			r, err := b.read(ctx, election, 0)
 			if err != nil {
 				if ctx.Err() == nil {
@@ -100,6 +109,19 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	return out
 }
 
+// vacancyAfter is the vacancy a delete's notification describes, as the watch that last
+// reported base (if known) reports it without reading the key: only when the row deleted
+// is the very write the watch last reported (so no write of the term goes unreported
+// before the vacancy), and the vacancy's revision is above base's (a watch's revisions
+// only rise). Otherwise the watch reads the key.
+func vacancyAfter(base reported, known bool, v *vacancy) (reported, bool) {
+	if v == nil || !known || base.obs.Holder == nil || base.obs.Holder.Token != v.token ||
+		base.rowRev != v.rev || v.at <= base.obs.Revision {
+		return reported{}, false
+	}
+	return reported{elector.Observation{Revision: v.at}, v.rev}, true
+}
+
 // news is what a watch that last reported base (if known) reports of read r, in order.
 func news(base reported, known bool, r reading) []reported {
 	now := reported{r.obs, r.rowRev}
@@ -123,13 +145,13 @@ func news(base reported, known bool, r reading) []reported {
 	}
 }
 
-// follow looks at an election's rows in a goroutine of the backend: once at the start,
-// then again on every notification for the election, every poll interval, and a little
-// past the moment look says something expires (0: nothing does), until look returns false
-// or ctx or the backend ends; then it calls done. broken is told if the backend is not
-// ready to start with.
-func (b *Backend) follow(ctx context.Context, election string, broken func(error),
-	look func(ctx context.Context) (time.Duration, bool), done func()) {
+// follow looks at t's rows in a goroutine of the backend: once at the start, then again
+// on every notification about t, every poll interval, and a little past the moment look
+// says something expires (0: nothing does), until look returns false or ctx or the
+// backend ends; then it calls done. look is given the vacancy the latest notification
+// described, if any. broken is told if the backend is not ready to start with.
+func (b *Backend) follow(ctx context.Context, t topic, broken func(error),
+	look func(ctx context.Context, vacated *vacancy) (time.Duration, bool), done func()) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -138,15 +160,15 @@ func (b *Backend) follow(ctx context.Context, election string, broken func(error
 		defer cancel()
 		stop := context.AfterFunc(b.ctx, cancel)
 		defer stop()
-		wake, unsubscribe := b.listener.subscribe(election)
+		sub, unsubscribe := b.listener.subscribe(t)
 		defer unsubscribe()
 		if err := b.ready(ctx); err != nil {
 			broken(err)
 			return
 		}
 		for {
-			expiry, ok := look(ctx)
-			if !ok || !b.sleep(ctx, wake, expiry) {
+			expiry, ok := look(ctx, sub.takeVacancy())
+			if !ok || !b.sleep(ctx, sub.wake, expiry) {
 				return
 			}
 		}

@@ -187,6 +187,11 @@ func (f Flags) trials(t *testing.T, fault Fault, ttl time.Duration, s Setup) {
 		if trial == 1 {
 			t.Logf("timeline of trial 1, from the old leader's and the new leader's logs:\n%s",
 				timeline(at, leader, instanceByID(fl, served.Gated.Self)))
+		} else if median := median(took[:len(took)-1]); d > 3*median && d > 50*time.Millisecond {
+			// The tail is what the p99 reports: say where its time went, on every
+			// instance (a transfer's requester is neither the old leader nor the new).
+			t.Logf("timeline of trial %d, %v against a median of %v so far, from every instance's log:\n%s",
+				trial, d.Round(time.Millisecond), median.Round(time.Millisecond), timeline(at, fl...))
 		}
 		if fault.Name == "resign" {
 			// The resigner sits out its hold-off: let it end, so that the next trial's
@@ -274,6 +279,11 @@ func Summary(ds []time.Duration) string {
 	return fmt.Sprintf("min %v / p50 %v / p99 %v / max %v (n=%d)",
 		s[0].Round(time.Millisecond), percentile(s, 50).Round(time.Millisecond),
 		percentile(s, 99).Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
+}
+
+// median is the median of ds, which it leaves unsorted.
+func median(ds []time.Duration) time.Duration {
+	return percentile(slices.Sorted(slices.Values(ds)), 50)
 }
 
 // percentile is the nearest-rank percentile of sorted s.
