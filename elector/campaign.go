@@ -43,7 +43,8 @@ func (e *Election) run(ctx context.Context) {
 
 // read campaigns for the key, or only looks at it while held off after a resign or when
 // this candidate never campaigns (priority 0). A candidate of lower priority yields first
-// (see yieldToHigher). It reports whether it only looked because of a hold-off.
+// (see yieldToHigher), unless a transfer names it. It reports whether it only looked
+// because of a hold-off.
 func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error) {
 	if _, held := e.heldOff(); held || e.c.Priority() == 0 || e.failsafeHolding() {
 		rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
@@ -51,8 +52,13 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 		obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
 		return obs, held, err
 	}
-	if obs, taken := e.yieldToHigher(ctx); taken {
-		return obs, false, nil
+	// A transfer's target takes the key at once: it was named, the others stand aside,
+	// and the read of the registry that a yield needs would be one more store round trip
+	// in the handover.
+	if !e.transferTarget() {
+		if obs, taken := e.yieldToHigher(ctx); taken {
+			return obs, false, nil
+		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout) // after the yield, which may wait
 	defer cancel()

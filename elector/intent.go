@@ -171,6 +171,13 @@ func (e *Election) applyIntent(ctx context.Context, value []byte) {
 	}
 }
 
+// transferTarget reports whether a transfer to this instance is under way.
+func (e *Election) transferTarget() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.transferHere != nil
+}
+
 // resignOnRequest resigns for intent value and then removes it, so it is acted on once.
 func (e *Election) resignOnRequest(ctx context.Context, holdOff time.Duration, reason string, value []byte) {
 	rctx, cancel := context.WithTimeout(ctx, e.c.HandoverTimeout())
@@ -194,13 +201,16 @@ func (e *Election) clearIntent(ctx context.Context, value []byte) {
 }
 
 // setStandAside makes this instance stay out of the election while another one is being
-// handed leadership (to), or ends that ("").
+// handed leadership (to), or ends that (""). Only the end asks the campaign loop to read
+// the key again (it may be vacant, and this instance free to take it): standing aside
+// needs no read, since the loop asks heldOff before every campaign, and a read then would
+// be one more statement on every instance at the moment the handover needs the store.
 func (e *Election) setStandAside(to string) {
 	e.mu.Lock()
-	changed := e.standAsideFor != to
+	ended := e.standAsideFor != "" && to == ""
 	e.standAsideFor = to
 	e.mu.Unlock()
-	if changed {
+	if ended {
 		e.kick()
 	}
 }
