@@ -110,18 +110,13 @@ var ended = func() context.Context {
 // Holds reports whether this instance holds the election key (whether or not it may admit).
 func (t *Term) Holds() bool { return t.lease != nil }
 
-// Leading reports whether this instance may act as leader at now: it holds the key, is not
-// handing it over, and its lease deadline and heartbeat deadline are ahead on both clocks.
-// This is the check every gated request passes through.
+// Leading reports whether this instance may act as leader at now: it holds the key, the
+// term has settled, it is neither draining for a handover nor releasing, and both of its
+// deadlines are ahead on both clocks (its lease's, and the one its last heartbeat gave it),
+// or a failsafe round keeps it open. This is the check every gated request passes through,
+// forwarded ones included.
 func (t *Term) Leading(now time.Time) bool {
-	return !t.Draining && t.open(now)
-}
-
-// open reports whether the term admits anything at now, forwarded requests included: this
-// instance holds the key, the term has settled and its release has not begun, and both of
-// its deadlines are ahead (its lease's, and the one its last heartbeat gave it).
-func (t *Term) open(now time.Time) bool {
-	return t.lease != nil && !t.Settling && !t.Releasing &&
+	return t.lease != nil && !t.Draining && !t.Settling && !t.Releasing &&
 		(t.lease.valid(now) && t.beat.valid(now) || t.failsafeOpen(now))
 }
 
