@@ -19,6 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/caddyleader/caddy-leader/elector"
 )
@@ -215,6 +217,24 @@ func (b *Backend) connect(a *connectAttempt) {
 	close(a.done)
 }
 
+// reconnect paces gRPC's attempts to reach a member that is down. gRPC's default backoff
+// grows to two minutes: after an outage of the whole cluster of 20 s, the next attempt
+// could come about 10 s after etcd was back, while etcd, restarted, extends every lease by
+// its ttl only. A leader riding the outage on failsafe then lost its lease for want of a
+// connection (the e2e failsafe scenario F1 saw it 4.5 s after the restart), and every
+// instance stayed cut off seconds longer than the store. Attempts every half second at
+// most keep a reconnection well inside the shortest ttl; refused connections to a member
+// that is down cost it nothing.
+var reconnect = grpc.ConnectParams{
+	Backoff: backoff.Config{
+		BaseDelay:  100 * time.Millisecond,
+		Multiplier: 1.6,
+		Jitter:     0.2,
+		MaxDelay:   500 * time.Millisecond,
+	},
+	MinConnectTimeout: 5 * time.Second,
+}
+
 func (b *Backend) newClient() (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
 		Endpoints:   b.cfg.Endpoints,
@@ -224,7 +244,7 @@ func (b *Backend) newClient() (*clientv3.Client, error) {
 		Password:    b.cfg.Password,
 		// Close ends a login that waits for an unreachable cluster.
 		Context:     b.ctx,
-		DialOptions: b.dialOptions(),
+		DialOptions: append(b.dialOptions(), grpc.WithConnectParams(reconnect)),
 		// gRPC keepalives notice a silently dead connection so the client moves to another
 		// member; etcd refuses pings more often than every 5s by default.
 		DialKeepAliveTime:    5 * time.Second,
