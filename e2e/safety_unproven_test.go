@@ -201,8 +201,10 @@ func waitingWinner(s *scenarioRun) *Instance {
 			if err != nil || w.Leader == "" || w.Leader == s.Leader.ID {
 				continue
 			}
+			// The winner's own campaign answer can come after a peer saw its key: it is
+			// the waiting winner once it names itself too.
 			for _, c := range s.Fleet {
-				if c.ID == w.Leader {
+				if own, err := c.Whoami(); c.ID == w.Leader && err == nil && own.Leader == c.ID {
 					return c
 				}
 			}
