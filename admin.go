@@ -330,7 +330,7 @@ func refusal(err error) error {
 	switch {
 	case errors.Is(err, elector.ErrNotCandidate):
 		status = http.StatusBadRequest
-	case errors.Is(err, elector.ErrNeverLeads), errors.Is(err, elector.ErrNoLeader):
+	case errors.Is(err, elector.ErrNeverLeads), errors.Is(err, elector.ErrNoLeader), errors.Is(err, elector.ErrTargetOut):
 		status = http.StatusConflict
 	case errors.Is(err, elector.ErrTransferTimeout), errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout

@@ -26,9 +26,7 @@ func (b *backoff) wait(ctx context.Context) bool {
 // waitAtMost is wait, but sleeps no longer than limit: for a retry that must also notice a
 // deadline of its own.
 func (b *backoff) waitAtMost(ctx context.Context, limit time.Duration) bool {
-	d := min(b.next/2+rand.N(b.next/2+1), max(0, limit))
-	b.next = min(b.next*2, b.max)
-	t := time.NewTimer(d)
+	t := time.NewTimer(min(b.step(), max(0, limit)))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -36,6 +34,13 @@ func (b *backoff) waitAtMost(ctx context.Context, limit time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// step returns the next jittered interval without sleeping, for a timer of the caller's.
+func (b *backoff) step() time.Duration {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(b.next*2, b.max)
+	return d
 }
 
 // reset starts the next series of retries from min again, after a success.

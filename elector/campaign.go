@@ -74,7 +74,13 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 // loop should read the key again now (key deleted, lease lost, hold-off over, resync asked),
 // or the error that broke the watch. heldOffRead says whether the read before it only
 // looked at the key because of a hold-off.
-func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead bool) error {
+func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead bool) (err error) {
+	vacant := false
+	defer func() {
+		if !vacant {
+			e.lostSight()
+		}
+	}()
 	d, held := e.heldOff()
 	if heldOffRead && !held {
 		return nil // the hold-off ended since the read only looked: campaign now
@@ -91,11 +97,20 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead 
 	}
 	silent := time.NewTimer(e.silenceLeft())
 	defer silent.Stop()
+	// Once the holder's silence has run out, an Expire that does not go through (a
+	// stalled watch while the holder still writes, a store that fails) is tried again
+	// after a backoff, not every time the timer's floor allows.
+	expireRetry := newBackoff(50*time.Millisecond, max(50*time.Millisecond, e.c.cfg.TTL/4))
 	for {
 		select {
 		case <-silent.C:
-			e.expireSilent(ctx)
-			silent.Reset(e.silenceLeft())
+			next := e.silenceLeft()
+			if e.expireSilent(ctx) {
+				expireRetry.reset()
+			} else if left := e.silenceLeft(); left <= time.Millisecond {
+				next = expireRetry.step()
+			}
+			silent.Reset(next)
 		case <-ctx.Done():
 			return nil
 		case <-l.lost:
@@ -117,11 +132,23 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead 
 			}
 			e.observe(o, l, true)
 			if o.Holder == nil {
+				vacant = true
 				return nil // vacant: campaign at once
 			}
+			expireRetry.reset()
 			silent.Reset(e.silenceLeft()) // since Go 1.23 a Reset timer delivers no stale tick
 		}
 	}
+}
+
+// lostSight notes that this instance stopped watching the key for another reason than a
+// vacancy the watch showed it: whatever happens before it reads again, it may not see, so
+// its own last term no longer counts as the last one unless the store says so (see
+// proofLocked).
+func (e *Election) lostSight() {
+	e.mu.Lock()
+	e.own.lastSeen = false
+	e.mu.Unlock()
 }
 
 type watchClosed struct{}

@@ -67,6 +67,8 @@ type Candidate struct {
 	observer       atomic.Pointer[observerBox]
 	prio           priority
 	fs             candidateFailsafe
+	// boot names this process's candidacy, random at every start (see CandidateInfo.Boot).
+	boot string
 
 	ctx    context.Context // cancelled by Close: ends every loop
 	cancel context.CancelFunc
@@ -108,6 +110,7 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 		// A renewal that takes longer than a third of the TTL is as good as failed: the
 		// next one is due. A second is the floor so a slow disk fsync is not a failure.
 		requestTimeout: max(time.Second, cfg.TTL/3),
+		boot:           newNonce(),
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -288,10 +291,10 @@ func (c *Candidate) waitAppends(d time.Duration) {
 
 // retryRelease deletes the key of a term of election that this candidate no longer
 // follows, retrying until it succeeds, the lease it is bound to is given up (the key then
-// goes with it) or the candidate closes (which revokes that lease). If the term's
-// predecessor (pred, when not nil) is not proven stopped yet, it waits for that first: the
-// release acknowledges.
-func (c *Candidate) retryRelease(election string, token int64, l *lease, pred *predecessor) {
+// goes with it) or the candidate closes (which revokes that lease). If the term's proof
+// (pred, when not nil) is not complete yet, it waits for that first: the release
+// acknowledges.
+func (c *Candidate) retryRelease(election string, token int64, l *lease, pred *proof) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -75,6 +75,11 @@ type Election struct {
 	announcedValue []byte
 	// layer4 is the layer-4 address this candidate announces (see SetLayer4Address).
 	layer4 atomic.Pointer[string]
+	// fleetTTL is the largest TTL (a time.Duration) another candidate of the election
+	// announced, and ttlMismatch the candidates whose TTL differs from this one's that
+	// were logged (id and TTL).
+	fleetTTL    atomic.Int64
+	ttlMismatch sync.Map
 
 	users     int // guarded by c.mu
 	startOnce sync.Once

@@ -29,16 +29,17 @@ func (e *Election) silenceLeft() time.Duration {
 	return min(max(left, time.Millisecond), time.Second)
 }
 
-// expireSilent deletes the key of a holder that has been silent for a whole TTL (see above).
-func (e *Election) expireSilent(ctx context.Context) {
+// expireSilent deletes the key of a holder that has been silent for a whole TTL (see
+// above). It reports whether it did, or had nothing to do yet.
+func (e *Election) expireSilent(ctx context.Context) bool {
 	e.mu.Lock()
 	p, t := e.prev, e.term.Load()
 	e.mu.Unlock()
 	if t.lease != nil || p.token == 0 || p.token != t.Token || e.c.now().Before(p.silentBy(e.c.cfg.TTL)) {
-		return
+		return true
 	}
 	if e.failsafeHolding() {
-		return // the holder is silent because the store was away, and this peer vouches for it
+		return false // the holder is silent because the store was away, and this peer vouches for it
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
@@ -47,7 +48,10 @@ func (e *Election) expireSilent(ctx context.Context) {
 	case err != nil:
 		e.c.storeFailed("expire", err)
 	case expired:
-		e.c.log().Info("deleted the key of a leader silent for a whole ttl; it has stopped admitting",
+		// Its heartbeat deadline has passed; a failsafe it may ride beyond the store's
+		// reach is the next term's to fence (see proof).
+		e.c.log().Info("deleted the key of a leader silent for a whole ttl; its heartbeat deadline has passed",
 			zap.String("election", e.name), zap.String("leader", t.Leader.ID), zap.Int64("token", p.token))
 	}
+	return expired
 }

@@ -213,9 +213,12 @@ type fsMessage struct {
 	To       string        `json:"to"`
 	NewToken int64         `json:"new_token,omitempty"`
 	TTL      time.Duration `json:"ttl,omitempty"`
-	At       int64         `json:"at"` // Unix nanoseconds, the sender's wall clock
-	Nonce    string        `json:"nonce"`
-	MAC      []byte        `json:"mac,omitempty"`
+	// Seq orders the messages of one leader: an end counts only after the confirmation
+	// it follows (see Election.answer).
+	Seq   int64  `json:"seq,omitempty"`
+	At    int64  `json:"at"` // Unix nanoseconds, the sender's wall clock
+	Nonce string `json:"nonce"`
+	MAC   []byte `json:"mac,omitempty"`
 }
 
 // fsReply is a failsafe answer, authenticated with the same key as the question.
@@ -228,7 +231,8 @@ type fsReply struct {
 
 func (m *fsMessage) mac(key []byte) []byte {
 	return macFields(key, m.Kind, m.Election, strconv.FormatInt(m.Token, 10), m.From, m.To,
-		strconv.FormatInt(m.NewToken, 10), strconv.FormatInt(int64(m.TTL), 10), strconv.FormatInt(m.At, 10), m.Nonce)
+		strconv.FormatInt(m.NewToken, 10), strconv.FormatInt(int64(m.TTL), 10), strconv.FormatInt(m.Seq, 10),
+		strconv.FormatInt(m.At, 10), m.Nonce)
 }
 
 // replyMAC binds a reply to the question it answers (by its nonce) and to the answerer.
@@ -279,27 +283,65 @@ func (c *Candidate) ask(ctx context.Context, url string, key []byte, m fsMessage
 
 // fsRoster is the roster of a term, as the leader keeps it in the store.
 type fsRoster struct {
-	Token   int64         `json:"token"`
-	Leader  string        `json:"leader"`
-	MarkKey string        `json:"mark_key"`
-	TTL     time.Duration `json:"ttl"`
-	Members []fsMember    `json:"members"`
+	Token  int64  `json:"token"`
+	Leader string `json:"leader"`
+	// LeaderBoot names the leader's process (see CandidateInfo.Boot).
+	LeaderBoot string        `json:"leader_boot,omitempty"`
+	MarkKey    string        `json:"mark_key"`
+	TTL        time.Duration `json:"ttl"`
+	Members    []fsMember    `json:"members"`
 }
 
 // fsMember is one candidate of a roster.
 type fsMember struct {
 	ID string `json:"id"`
+	// Boot names the member's process: an instance started again under the same id (a
+	// new VM with the old hostname, a rescheduled pod) is another member, which the
+	// leader never asked.
+	Boot string `json:"boot,omitempty"`
 	// URL is its failsafe endpoint; empty when it has no failsafe (it cannot confirm).
 	URL string `json:"url,omitempty"`
 }
 
-func (r *fsRoster) has(id string) bool {
+// lists reports whether the process boot of instance id is r's leader or one of its
+// members: the leader of r asks it, so r's term cannot ride a failsafe past it. A roster
+// that names no processes (written by an earlier version) lists nobody.
+func (r *fsRoster) lists(id, boot string) bool {
+	if boot == "" {
+		return false
+	}
+	if r.Leader == id && r.LeaderBoot == boot {
+		return true
+	}
 	for _, m := range r.Members {
-		if m.ID == id {
+		if m.ID == id && m.Boot == boot {
 			return true
 		}
 	}
 	return false
+}
+
+// couldRide reports whether the leader of r could ride out a failsafe with it: only if it
+// has members to ask, and every one but the leader has a failsafe endpoint (a member
+// without one refuses every round).
+func (r *fsRoster) couldRide() bool {
+	if len(r.Members) == 0 {
+		return false
+	}
+	for _, m := range r.Members {
+		if m.ID != r.Leader && m.URL == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // rostersKept is how many rosters the store keeps per election: a deposed leader's late

@@ -112,9 +112,9 @@ func (e *Election) keepRoster(t *Term) {
 	if err != nil {
 		return
 	}
-	r := fsRoster{Token: t.Token, Leader: e.c.cfg.ID, MarkKey: t.Leader.MarkKey, TTL: t.lease.granted}
+	r := fsRoster{Token: t.Token, Leader: e.c.cfg.ID, LeaderBoot: e.c.boot, MarkKey: t.Leader.MarkKey, TTL: t.lease.granted}
 	for _, c := range list {
-		r.Members = append(r.Members, fsMember{ID: c.ID, URL: c.Failsafe})
+		r.Members = append(r.Members, fsMember{ID: c.ID, Boot: c.Boot, URL: c.Failsafe})
 	}
 	sort.Slice(r.Members, func(i, j int) bool { return r.Members[i].ID < r.Members[j].ID })
 	e.fs.mu.Lock()
@@ -196,6 +196,8 @@ func (e *Election) stopFailsafe(t *Term, why string) {
 	active := e.fs.active
 	e.fs.active, e.fs.noRoster = false, false
 	peers := e.askSetLocked()
+	e.fs.seq++
+	seq := e.fs.seq
 	e.fs.mu.Unlock()
 	if !active {
 		return
@@ -207,7 +209,7 @@ func (e *Election) stopFailsafe(t *Term, why string) {
 	for _, p := range peers {
 		go func() {
 			_, _ = e.c.ask(context.Background(), p.URL, []byte(t.Leader.MarkKey),
-				fsMessage{Kind: fsEnd, Election: e.name, Token: t.Token, From: e.c.cfg.ID, To: p.ID})
+				fsMessage{Kind: fsEnd, Election: e.name, Token: t.Token, From: e.c.cfg.ID, To: p.ID, Seq: seq})
 		}()
 	}
 }
@@ -234,6 +236,8 @@ func (e *Election) askSetLocked() []fsMember {
 func (e *Election) failsafeRound(t *Term) {
 	e.fs.mu.Lock()
 	peers := e.askSetLocked()
+	e.fs.seq++
+	seq := e.fs.seq
 	e.fs.mu.Unlock()
 	ttl := t.lease.granted
 	sent := e.c.now()
@@ -245,7 +249,7 @@ func (e *Election) failsafeRound(t *Term) {
 				return
 			}
 			r, err := e.c.ask(t.end, p.URL, []byte(t.Leader.MarkKey),
-				fsMessage{Kind: fsConfirm, Election: e.name, Token: t.Token, From: e.c.cfg.ID, To: p.ID, TTL: ttl})
+				fsMessage{Kind: fsConfirm, Election: e.name, Token: t.Token, From: e.c.cfg.ID, To: p.ID, TTL: ttl, Seq: seq})
 			switch {
 			case err != nil:
 				refusals <- p.ID + ": " + err.Error()

@@ -18,6 +18,9 @@ type electionFailsafe struct {
 		token  int64
 		leader string
 		until  time.Time
+		// seq is the newest round of term token this instance answered: an end
+		// older than that (late, or replayed) ends nothing.
+		seq int64
 	}
 	// unknownUntil covers a confirmation this process cannot know of: one its
 	// predecessor under the same id may have given just before it started.
@@ -29,9 +32,9 @@ type electionFailsafe struct {
 	keys  []fsKey
 	timer *time.Timer // wakes the campaign loop when record runs out
 
-	// proving is the token of this instance's new term while it waits for the proof
-	// that no older term rides out a failsafe (guarded by Election.mu).
-	proving int64
+	// seq numbers the messages this instance sends as a leader, so that a peer can tell
+	// the end of a failsafe from a late copy of an earlier one.
+	seq int64
 
 	// Leader side (guarded by mu): the rosters that may be the newest in the store, the
 	// confirmed one first, and the state of the current failsafe.
@@ -51,11 +54,8 @@ type fsKey struct {
 }
 
 // noteFailsafeLocked follows the published terms: it remembers their MarkKeys and the
-// newest token, and forgets a pending proof with the term it was for. e.mu is held.
+// newest token. e.mu is held.
 func (e *Election) noteFailsafeLocked(t *Term) {
-	if t.lease == nil {
-		e.fs.proving = 0
-	}
 	if t.Token == 0 {
 		return
 	}
@@ -153,8 +153,11 @@ func (e *Election) answer(ctx context.Context, m *fsMessage) fsReply {
 			e.recallLeader(m.Token)
 		}
 	case fsEnd:
+		// Only the end of the rounds this instance answered last: an end sent before
+		// the latest confirmation (a late delivery, or a copy replayed by anyone on the
+		// path) must not cancel what the leader still relies on.
 		e.fs.mu.Lock()
-		if e.fs.record.token == m.Token {
+		if e.fs.record.token == m.Token && m.Seq > e.fs.record.seq {
 			e.fs.record.until = time.Time{}
 		}
 		e.fs.mu.Unlock()
@@ -188,7 +191,14 @@ func (e *Election) confirm(m *fsMessage, now time.Time) fsReply {
 		return fsReply{Reason: "leading"}
 	}
 	e.fs.newest = m.Token
-	e.fs.record.token, e.fs.record.leader, e.fs.record.until = m.Token, m.From, now.Add(m.TTL)
+	if e.fs.record.token != m.Token {
+		e.fs.record.seq = 0
+	}
+	// A confirmation delivered late still holds for a TTL from now: it only ever keeps
+	// this instance out longer, never lets it campaign sooner.
+	e.fs.record.token, e.fs.record.leader = m.Token, m.From
+	e.fs.record.until = later(e.fs.record.until, now.Add(m.TTL))
+	e.fs.record.seq = max(e.fs.record.seq, m.Seq)
 	if e.fs.timer != nil {
 		e.fs.timer.Stop()
 	}
@@ -231,36 +241,29 @@ func (e *Election) fence(m *fsMessage, now time.Time) fsReply {
 	return r
 }
 
-// startProofLocked makes this instance's new term token, which follows predecessor p,
-// wait before it admits for the proof that no older term still rides out a failsafe.
-// A candidate without failsafe mode of its own looks only when p is not proven stopped
-// already: a term that acknowledged its end rides out nothing, and every term before it
-// was proven stopped by its own successor. e.mu is held.
-func (e *Election) startProofLocked(token int64, p *predecessor) {
-	if e.c.cfg.Failsafe == nil && (e.c.cfg.Fence == nil || p.isProven()) {
-		return
-	}
-	e.fs.proving = token
-	go e.proveNoFailsafe(token)
-}
-
-// proveNoFailsafe waits until no older term can admit through a failsafe, then lets term
-// token admit (if it has settled otherwise). Only the leader of the newest roster in the
-// store can ride out a failsafe, and only while every member confirms it. So:
+// proveNoFailsafe looks for the failsafe part of proof p (see proof): that no term older
+// than p.fenceAs can still admit through a failsafe. It keeps looking until it finds it or
+// the candidate closes, whether or not the term that owes it still holds the key: a term
+// that ended unproven hands p on, and its end is acknowledged only once p is complete.
+// Only the leader of the newest roster in the store can ride out a failsafe, and only
+// while every member confirms it. So:
 //   - a confirmation this instance gave for another term is waited out (it refuses any
 //     further one, since it holds a term now);
-//   - if this instance is in the newest roster, that is enough: the leader asks it;
-//   - otherwise one member of that roster must promise (a fence) to confirm that term no
-//     more, and what it confirmed last is waited out.
-func (e *Election) proveNoFailsafe(token int64) {
+//   - if this very process is in the newest roster, that is enough: the leader asks it
+//     (an instance of the same id in another process is not asked: roster entries name
+//     the process, see CandidateInfo.Boot);
+//   - a roster with a member that has no failsafe endpoint never carried a failsafe:
+//     that member refuses every round;
+//   - otherwise one member of that roster must promise (a fence) to confirm that term
+//     no more, and what it confirmed last is waited out.
+func (e *Election) proveNoFailsafe(p *proof) {
+	token := p.fenceAs
 	retry := newBackoff(50*time.Millisecond, min(time.Second, e.c.cfg.TTL/4))
 	warned := false
-	proven := func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return e.fs.proving != token
-	}
-	for !proven() {
+	for {
+		if _, failsafe := p.owes(); !failsafe {
+			return
+		}
 		if d := e.confirmedRemaining(token, e.c.now()); d > 0 {
 			if !sleepCtx(e.c.ctx, d) {
 				return
@@ -275,12 +278,12 @@ func (e *Election) proveNoFailsafe(token int64) {
 			}
 			continue
 		}
-		if r != nil && r.Token < token && r.Leader != e.c.cfg.ID && !r.has(e.c.cfg.ID) && len(r.Members) > 0 {
+		if r != nil && r.Token < token && !r.lists(e.c.cfg.ID, e.c.boot) && r.couldRide() {
 			until, ok := e.fenceRoster(r, token)
 			if !ok {
 				if !warned {
 					warned = true
-					e.c.log().Warn("failsafe: no member of the previous term's roster answered a fence; this term admits nothing until one does. If that fleet is gone for good, delete the election's failsafe roster in the store",
+					e.c.log().Warn("failsafe: no member of the previous term's roster answered a fence; this term admits nothing, and lets go of nothing, until one does. If that fleet is gone for good, delete the election's failsafe roster in the store",
 						zap.String("election", e.name), zap.Int64("token", token), zap.Int64("roster_token", r.Token),
 						zap.String("roster", rosterElection(e.name)))
 				}
@@ -296,14 +299,7 @@ func (e *Election) proveNoFailsafe(token int64) {
 				return
 			}
 		}
-		e.mu.Lock()
-		if e.fs.proving == token {
-			e.fs.proving = 0
-			if cur := e.term.Load(); cur.lease != nil && cur.Token == token {
-				e.publishLocked(cur.Leader, cur.Token, cur.lease, cur.Reason)
-			}
-		}
-		e.mu.Unlock()
+		p.failsafeProven()
 		return
 	}
 }
@@ -353,7 +349,8 @@ func (e *Election) fenceRoster(r *fsRoster, token int64) (time.Time, bool) {
 }
 
 // retireRoster runs for term t of a candidate without failsafe mode that fences other
-// terms' rosters (Config.Fence). Once t has settled, every older term is proven stopped,
+// terms' rosters (Config.Fence). Once t has settled, its proof is complete: every older
+// term is proven stopped, failsafe rides included,
 // so a roster older than t can no longer matter: t writes an empty roster of its own over
 // it, so that a later winner need not fence members that may be long gone (a fleet that
 // turned failsafe off, or was replaced since). Nothing is written when the newest roster
@@ -378,7 +375,7 @@ func (e *Election) retireRoster(t *Term) {
 	if err != nil || r == nil || len(r.Members) == 0 || r.Token >= t.Token {
 		return
 	}
-	entry, _ := json.Marshal(fsRoster{Token: t.Token, Leader: e.c.cfg.ID, MarkKey: t.Leader.MarkKey, TTL: t.lease.granted})
+	entry, _ := json.Marshal(fsRoster{Token: t.Token, Leader: e.c.cfg.ID, LeaderBoot: e.c.boot, MarkKey: t.Leader.MarkKey, TTL: t.lease.granted})
 	rctx, cancel := context.WithTimeout(t.end, e.c.requestTimeout)
 	defer cancel()
 	if err := e.c.cfg.Backend.AppendHistory(rctx, rosterElection(e.name), entry, rostersKept); err != nil && t.end.Err() == nil {

@@ -2,10 +2,18 @@ package elector
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
 )
+
+// ErrUnproven is returned (wrapped) by Resign and Transfer when the term cannot let go
+// before ctx ends because it has not yet proven every earlier term stopped (see proof):
+// letting go would vouch for a term that may still admit. The release goes on in the
+// background once the proof is complete.
+var ErrUnproven = errors.New("the term has not yet proven every earlier term stopped (a previous leader's deadline, or a failsafe fence), so it cannot let go yet")
 
 // Resign hands leadership over if this instance holds it: no new gated request is admitted,
 // admitted ones get up to DrainTimeout to finish, then the key is deleted so that a follower
@@ -68,20 +76,23 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	e.drain(drained)
 	cancelDrain()
 	// The release acknowledges, and an acknowledgement vouches that nobody admits any
-	// more: not before this term's own predecessor is known to have stopped. A term
-	// still settling lets go once its predecessor's deadline has passed (at most a TTL);
-	// if ctx ends first, the release goes on in the background after that wait.
-	if !t.pred.isProven() {
-		e.c.log().Info("handing over once the previous leader is known to have stopped",
-			zap.String("election", e.name), zap.Int64("token", t.Token), zap.Duration("at_most", max(0, t.pred.stoppedBy.Sub(e.c.now()))))
+	// more: not before this term's proof is complete. A term still settling lets go once
+	// it is (a heartbeat deadline at most a TTL away, a failsafe fence once a member of
+	// the older roster answers); if ctx ends first, the release goes on in the background
+	// after that wait, and a process that exits meanwhile leaves no acknowledgement.
+	if !t.proof.isProven() {
+		heartbeat, failsafe := t.proof.owes()
+		e.c.log().Info("handing over once every earlier term is proven stopped",
+			zap.String("election", e.name), zap.Int64("token", t.Token), zap.Bool("heartbeat_owed", heartbeat),
+			zap.Bool("failsafe_owed", failsafe), zap.Duration("heartbeat_at_most", max(0, t.proof.stoppedBy.Sub(e.c.now()))))
 		wctx, cancelWait := context.WithCancel(ctx)
 		stopAfter := context.AfterFunc(e.c.ctx, cancelWait)
-		proven := t.pred.wait(wctx, e.c.now)
+		proven := t.proof.wait(wctx, e.c.now)
 		stopAfter()
 		cancelWait()
 		if !proven {
-			e.c.retryRelease(e.name, t.Token, t.lease, t.pred)
-			return ctx.Err()
+			e.c.retryRelease(e.name, t.Token, t.lease, t.proof)
+			return fmt.Errorf("%w: %w", ErrUnproven, ctx.Err())
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
@@ -151,7 +162,7 @@ func (e *Election) stop() {
 		}
 		e.publishAlone("election no longer configured")
 		if err != nil && held.lease != nil {
-			e.c.retryRelease(e.name, held.Token, held.lease, held.pred)
+			e.c.retryRelease(e.name, held.Token, held.lease, held.proof)
 		}
 	})
 }
@@ -162,8 +173,8 @@ func (e *Election) stop() {
 func (e *Election) acknowledgeEnd(ended *Term) {
 	go func() {
 		// An acknowledgement vouches that nobody admits: a term that never settled
-		// waits for its predecessor's deadline first (see predecessor).
-		if ended.pred != nil && !ended.pred.wait(e.c.ctx, e.c.now) {
+		// completes its proof first (see proof), however long that takes.
+		if ended.proof != nil && !ended.proof.wait(e.c.ctx, e.c.now) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(e.c.ctx, e.c.HandoverTimeout())

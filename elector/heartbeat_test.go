@@ -14,19 +14,26 @@ func TestStoppedBy(t *testing.T) {
 		name        string
 		term        observedTerm
 		fallbackTTL time.Duration
+		named       bool // the store named the term as the one before the new one
 		want        time.Time
 	}{
 		// The watch showed the key go away after the last heartbeat seen: that one was
 		// the holder's last, and it stops admitting within beatWindow of sending it.
-		{"vacancy_seen_through_the_watch", observedTerm{token: 7, ttl: ttl, seen: seen, vacated: true}, time.Second, seen.Add(wait)},
+		{"vacancy_seen_through_the_watch", observedTerm{token: 7, ttl: ttl, seen: seen, vacated: true}, time.Second, false, seen.Add(wait)},
 		// Found vacant by a read: heartbeats after the last one seen may have been
 		// missed, but all of them were sent before now.
-		{"vacancy_found_by_a_read", observedTerm{token: 7, ttl: ttl, seen: seen}, time.Second, now.Add(wait)},
-		{"record_without_ttl_uses_the_fallback", observedTerm{token: 7, seen: seen, vacated: true}, ttl, seen.Add(wait)},
+		{"vacancy_found_by_a_read", observedTerm{token: 7, ttl: ttl, seen: seen}, time.Second, false, now.Add(wait)},
+		{"record_without_ttl_uses_the_fallback", observedTerm{token: 7, seen: seen, vacated: true}, ttl, false, seen.Add(wait)},
+		// A read after the watched vacancy (a candidate held off that only looked):
+		// terms may have come and gone in between, unless the store names this one.
+		{"read_after_the_watched_vacancy_unnamed", observedTerm{token: 7, ttl: ttl, seen: seen, vacated: true, readSince: true}, time.Second, false, now.Add(wait)},
+		{"read_after_the_watched_vacancy_named", observedTerm{token: 7, ttl: ttl, seen: seen, vacated: true, readSince: true}, time.Second, true, seen.Add(wait)},
+		// Another candidate announced a longer ttl: an unwatched end is waited out with it.
+		{"a_longer_fleet_ttl_counts", observedTerm{token: 7, ttl: ttl, seen: seen}, 2 * ttl, false, now.Add(beatWindow(2*ttl) + safetyMargin(2*ttl))},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.term.stoppedBy(now, tc.fallbackTTL); !got.Equal(tc.want) {
+			if got := tc.term.stoppedBy(now, tc.fallbackTTL, tc.named); !got.Equal(tc.want) {
 				t.Fatalf("stoppedBy = now%+v, want now%+v", got.Sub(now), tc.want.Sub(now))
 			}
 		})

@@ -66,7 +66,7 @@ func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duratio
 	if !slices.Contains(live, to) {
 		return fmt.Errorf("%q: %w %q (live: %v)", to, ErrNotCandidate, e.name, live)
 	}
-	if err := checkTransferTarget(list, to); err != nil {
+	if err := checkTransferTarget(list, to, time.Now()); err != nil {
 		return fmt.Errorf("transfer of election %q: %w", e.name, err)
 	}
 	if t := e.Term(); t.Leader.ID == to && !t.Leader.HandingOver {

@@ -15,10 +15,13 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 	h := o.Holder
 	if h == nil {
 		// Seen through the watch, the vacancy comes after every write of the previous
-		// holder; through a read, writes since the last one seen may have been missed.
-		e.prev.vacated = watched
-		if !watched {
-			e.own.lastSeen = false // terms may have come and gone unseen since
+		// holder; through a read, writes since the last one seen may have been missed,
+		// and terms may have come and gone unseen since.
+		if watched {
+			e.prev.vacated = true
+		} else {
+			e.prev.readSince = true
+			e.own.lastSeen = false
 		}
 		reason := "key vacant"
 		switch {
@@ -71,19 +74,20 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 	}
 	newTerm := mine != nil && (old.lease != mine || old.Token != h.Token)
 	if newTerm {
-		// A new term of ours. Unless every term before it is proven to have stopped
-		// (its holder acknowledged, or it was this instance's own), admit nothing until
-		// it is: the key may have been taken from a holder that has not noticed yet (an
-		// operator deleted the key or revoked its lease, say), or that this instance
-		// never saw at all.
-		p := e.predecessorLocked(h.Token, o, e.c.now(), max(e.c.cfg.TTL, l.granted))
-		e.own = ownTerm{token: h.Token, pred: p, lastSeen: true}
+		// A new term of ours. Until its proof is complete (see proof), admit nothing:
+		// the key may have been taken from a holder that has not noticed yet (an
+		// operator deleted the key or revoked its lease, say), that this instance never
+		// saw at all, or that rides out a failsafe beyond the store's reach.
+		p := e.proofLocked(h.Token, o, e.c.now(), e.waitTTL(l))
+		e.own = ownTerm{token: h.Token, proof: p, lastSeen: true}
+		if _, failsafe := p.owes(); failsafe && p.fenceAs == h.Token {
+			go e.proveNoFailsafe(p) // a fresh proof; an inherited one is looked for already
+		}
 		if !p.isProven() {
 			e.settling = h.Token
 			go e.settle(h.Token, p)
 		}
 		e.prev = observedTerm{} // over, once this term settles
-		e.startProofLocked(h.Token, p)
 	}
 	var reason string
 	switch {
@@ -167,28 +171,26 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 		Leader:    leader,
 		Token:     token,
 		Draining:  held != nil && token == e.handing,
-		Settling:  held != nil && (token == e.settling || token == e.fs.proving),
+		Settling:  held != nil && token == e.settling,
 		Releasing: held != nil && token == e.releasing,
 		Reason:    reason,
 		At:        e.c.now(),
 		lease:     held,
 		end:       ended,
 	}
+	var endOld context.CancelFunc
 	switch {
 	case held != nil && old.lease == held && old.Token == token:
-		t.end, t.beat, t.pred, t.fs = old.end, old.beat, old.pred, old.fs // the same term goes on
+		t.end, t.beat, t.proof, t.fs = old.end, old.beat, old.proof, old.fs // the same term goes on
 	default:
-		if e.endTerm != nil {
-			e.endTerm()
-			e.endTerm = nil
-		}
+		endOld, e.endTerm = e.endTerm, nil
 		if held != nil {
 			t.end, e.endTerm = context.WithCancel(context.Background())
 			// The campaign that created the key was the term's first heartbeat.
 			t.beat, t.fs = &deadline{}, &deadline{}
-			t.pred = provenPredecessor
+			t.proof = nothingOwed
 			if e.own.token == token {
-				t.pred = e.own.pred
+				t.proof = e.own.proof
 			}
 			if c := e.campaign; !c.sent.IsZero() && c.rec.MarkKey == leader.MarkKey {
 				t.beat.set(c.sent.Add(beatWindow(held.granted)))
@@ -198,6 +200,11 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 	e.noteHistoryLocked(old, t)
 	e.noteFailsafeLocked(t)
 	e.term.Store(t)
+	if endOld != nil {
+		// Only now that the new Term is current: code that wakes on the old term's end
+		// and asks who leads must not hear "this instance".
+		endOld()
+	}
 	close(e.changed)
 	e.changed = make(chan struct{})
 	if o := e.c.observe(); o != nil {

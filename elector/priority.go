@@ -159,11 +159,23 @@ func (e *Election) outranksLeader(ctx context.Context) bool {
 	return false // a leader that is not in the registry has no known priority
 }
 
-// checkTransferTarget refuses a transfer to a candidate that never campaigns.
-func checkTransferTarget(list []CandidateInfo, to string) error {
+// checkTransferTarget refuses a transfer to a candidate that never campaigns, or that does
+// not campaign now (at now, by this host's wall clock): the leader would let go to nobody.
+func checkTransferTarget(list []CandidateInfo, to string, now time.Time) error {
 	for _, c := range list {
-		if c.ID == to && c.Priority == 0 {
+		if c.ID != to {
+			continue
+		}
+		switch left := c.HoldOffUntil.Sub(now); {
+		case c.Priority == 0:
 			return fmt.Errorf("%q %w", to, ErrNeverLeads)
+		case c.Leaving:
+			return fmt.Errorf("%q %w: it is leaving the election", to, ErrTargetOut)
+		case left > 0:
+			return fmt.Errorf("%q %w: it is held off for another %s after a resign or a step-down (resign it with a hold-off of 0 to clear that, or transfer once it ends)",
+				to, ErrTargetOut, left.Round(time.Second))
+		case !c.Healthy:
+			return fmt.Errorf("%q %w: it stays out of the election while its service is unhealthy", to, ErrTargetOut)
 		}
 	}
 	return nil

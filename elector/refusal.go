@@ -11,6 +11,10 @@ import (
 var (
 	// ErrNeverLeads: the target of a transfer has priority 0.
 	ErrNeverLeads = errors.New("has priority 0, so it never leads")
+	// ErrTargetOut: the target of a transfer does not campaign now (it is held off after
+	// a resign or a step-down, unhealthy, or leaving): the leader would let go and nobody
+	// would take over.
+	ErrTargetOut = errors.New("does not campaign now")
 	// ErrNoLeader: a resign was asked while no leader of the election is known.
 	ErrNoLeader = errors.New("no leader is known")
 	// ErrTransferTimeout: the target of a transfer did not lead within the timeout.

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"sort"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // The roster is the store's registry of live candidates: each one announces itself in each
@@ -33,6 +35,13 @@ type CandidateInfo struct {
 	HoldOffUntil time.Time `json:"hold_off_until,omitzero"`
 	// Leaving is set on a candidate that is leaving the election (a graceful stop).
 	Leaving bool `json:"leaving,omitempty"`
+	// Boot names this candidate's process: random at every start, so that a roster, a
+	// confirmation or a fence never mistakes another process under the same id (a new VM
+	// with the old hostname, a rescheduled pod) for this one.
+	Boot string `json:"boot,omitempty"`
+	// TTL is the lease TTL this candidate asks for. Every instance of an election must
+	// use the same; one that waits out a term it never saw uses the largest it knows of.
+	TTL time.Duration `json:"ttl,omitempty"`
 	// Layer4 is the address (host:port) at which peers reach this candidate's layer-4
 	// services of the election when it leads (see Election.SetLayer4Address); may be empty.
 	Layer4 string `json:"layer4,omitempty"`
@@ -44,7 +53,8 @@ func (e *Election) info() CandidateInfo {
 	e.mu.Lock()
 	until := e.holdUntil
 	e.mu.Unlock()
-	info := CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: !until.After(now), Priority: e.c.Priority(), Preempt: e.c.Preempts()}
+	info := CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: !until.After(now), Priority: e.c.Priority(),
+		Preempt: e.c.Preempts(), Boot: e.c.boot, TTL: e.c.cfg.TTL}
 	if f := e.c.cfg.Failsafe; f != nil {
 		info.Failsafe = f.URL
 	}
@@ -86,7 +96,40 @@ func (e *Election) Candidates(ctx context.Context) ([]CandidateInfo, error) {
 		list = append(list, info)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	e.noteTTLs(list)
 	return list, nil
+}
+
+// noteTTLs remembers the largest TTL the candidates in list announced, and logs an error,
+// once per candidate and TTL, for each that differs from this one's: a term held under a
+// longer TTL than the one a successor waits with could still admit when it starts.
+func (e *Election) noteTTLs(list []CandidateInfo) {
+	for _, c := range list {
+		if c.TTL <= 0 || c.ID == e.c.cfg.ID && c.Boot == e.c.boot {
+			continue
+		}
+		for {
+			cur := e.fleetTTL.Load()
+			if int64(c.TTL) <= cur || e.fleetTTL.CompareAndSwap(cur, int64(c.TTL)) {
+				break
+			}
+		}
+		if c.TTL == e.c.cfg.TTL {
+			continue
+		}
+		if _, seen := e.ttlMismatch.LoadOrStore(c.ID+"/"+c.TTL.String(), true); !seen {
+			e.c.log().Error("candidates of one election use different ttls; every instance must use the same, and until they do this one waits out unseen terms with the largest",
+				zap.String("election", e.name), zap.String("instance_id", c.ID), zap.Duration("their_ttl", c.TTL),
+				zap.String("self", e.c.cfg.ID), zap.Duration("ttl", e.c.cfg.TTL))
+		}
+	}
+}
+
+// waitTTL is the TTL with which this instance, holding lease l, waits out a term it cannot
+// account for: the largest of its own, the one the store granted and any that another
+// candidate announced.
+func (e *Election) waitTTL(l *lease) time.Duration {
+	return max(e.c.cfg.TTL, l.granted, time.Duration(e.fleetTTL.Load()))
 }
 
 // announce records this candidate as live under lease l, once per lease and again whenever

@@ -2,7 +2,6 @@ package elector
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
@@ -17,6 +16,10 @@ type observedTerm struct {
 	seen    time.Time
 	rev     int64
 	vacated bool
+	// readSince is set when a read found the key vacant after the watch showed it go:
+	// terms may have come and gone unseen in between, unless the store names this term
+	// as the one before the next (Observation.Prev).
+	readSince bool
 }
 
 // saw notes an observation at store revision rev, at now, of the key held by h with
@@ -25,7 +28,7 @@ func (p *observedTerm) saw(h *Holder, rec Record, now time.Time, rev int64) {
 	if p.token != h.Token {
 		*p = observedTerm{token: h.Token, lease: h.Lease, ttl: rec.TTL}
 	}
-	p.seen, p.rev, p.vacated = now, rev, false
+	p.seen, p.rev, p.vacated, p.readSince = now, rev, false, false
 }
 
 // silentBy is when the holder has certainly stopped admitting if the write this instance
@@ -41,17 +44,16 @@ func (p observedTerm) silentBy(fallbackTTL time.Duration) time.Time {
 
 // stoppedBy is when the holder of the term has certainly stopped admitting, by this host's
 // clock, judged at now when the key has just been taken from it; fallbackTTL stands in for
-// a record that gave no TTL. The holder admits for at most beatWindow after sending its
-// last heartbeat, and that write reached this instance no earlier than it was sent. If the
+// a record that gave no TTL, and named says whether the store named this term as the one
+// before the new one. The holder admits for at most beatWindow after sending its last
+// heartbeat, and that write reached this instance no earlier than it was sent. If the
 // key's going away was seen through the watch, every heartbeat before it was seen too, so
-// the last one seen is the last one sent; otherwise the last may have been missed, but it
-// was sent before the key went away, so before now.
-func (p observedTerm) stoppedBy(now time.Time, fallbackTTL time.Duration) time.Time {
-	ttl := p.ttl
-	if ttl <= 0 {
-		ttl = fallbackTTL
-	}
-	if p.vacated {
+// the last one seen is the last one sent (a candidate that watched the key stay vacant
+// for a TTL owes nothing more); otherwise the last may have been missed, but it was sent
+// before the key went away, so before now.
+func (p observedTerm) stoppedBy(now time.Time, fallbackTTL time.Duration, named bool) time.Time {
+	ttl := max(p.ttl, fallbackTTL)
+	if p.vacated && (!p.readSince || named) {
 		return p.silentBy(fallbackTTL)
 	}
 	return now.Add(beatWindow(ttl) + safetyMargin(ttl))
@@ -75,75 +77,14 @@ const ReasonPredecessorTimedOut = "elected; the previous leader's deadline passe
 // (a fleet starting cold, a store gone back in time).
 const ReasonUnseenWaitedOut = "elected; waited a ttl for any earlier term it could not see"
 
-// predecessor is what a term of this instance must know before it admits: that every term
-// before it has stopped admitting. It is proven when the term before it acknowledged its
-// end (Released), or once stoppedBy has passed on this host's clocks. A term that ends
-// before it is proven hands its predecessor on to whatever comes after it: this instance's
-// next term waits for the same one, and an acknowledgement of the unproven term (a
-// release, a handover) waits until stoppedBy, so that it never vouches for a moment at
-// which the predecessor may still admit. Shared by every snapshot of the term.
-type predecessor struct {
-	token     int64 // the term to hear from; 0 when its token is unknown
-	stoppedBy time.Time
-
-	once   sync.Once
-	proven chan struct{} // closed once the predecessor is known to have stopped
-}
-
-func newPredecessor(token int64, stoppedBy time.Time) *predecessor {
-	return &predecessor{token: token, stoppedBy: stoppedBy, proven: make(chan struct{})}
-}
-
-// provenPredecessor is the predecessor of a term that has nothing to wait for.
-var provenPredecessor = func() *predecessor {
-	p := newPredecessor(0, time.Time{})
-	p.prove()
-	return p
-}()
-
-func (p *predecessor) prove() { p.once.Do(func() { close(p.proven) }) }
-
-// isProven reports whether the predecessor is known to have stopped.
-func (p *predecessor) isProven() bool {
-	select {
-	case <-p.proven:
-		return true
-	default:
-		return false
-	}
-}
-
-// wait blocks until the predecessor is known to have stopped, by its acknowledgement or by
-// its deadline on this host's clock (now reads it), or until ctx ends; it reports whether it
-// is known. It never asks the store: the term's settle loop does.
-func (p *predecessor) wait(ctx context.Context, now func() time.Time) bool {
-	for !p.isProven() {
-		left := p.stoppedBy.Sub(now())
-		if left <= 0 {
-			p.prove()
-			return true
-		}
-		// A short poll rather than one timer: the clock that counts may be a test's.
-		timer := time.NewTimer(min(left, 100*time.Millisecond))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return false
-		case <-p.proven:
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
-	return true
-}
-
-// predecessorLocked decides what the new term token of this instance, just won with
-// observation o at now, must wait for before it admits. The store names the term before
-// it (o.Prev) where it can; without that, the term this instance last saw held by someone
-// else is taken for it, as it most likely is. A term this instance cannot account for is
-// waited out: a holder it never saw stopped admitting at most a TTL after the key was
-// found vacant. e.mu is held.
-func (e *Election) predecessorLocked(token int64, o Observation, now time.Time, ttl time.Duration) *predecessor {
+// proofLocked decides what the new term token of this instance, just won with observation
+// o at now, owes before it admits (see proof). The store names the term before it (o.Prev)
+// where it can; without that, the term this instance last saw held by someone else is
+// taken for it, as it most likely is. A term this instance cannot account for is waited
+// out: a holder it never saw stopped admitting at most a TTL after the key was found
+// vacant. A term that follows this instance's own inherits that term's proof, whatever it
+// still owes. e.mu is held.
+func (e *Election) proofLocked(token int64, o Observation, now time.Time, ttl time.Duration) *proof {
 	seen, own := e.prev, e.own
 	seenOther := seen.token != 0 && seen.token != token && !e.c.own(seen.lease)
 	switch {
@@ -151,74 +92,88 @@ func (e *Election) predecessorLocked(token int64, o Observation, now time.Time, 
 		// The store names another term than the last one seen: one came and went unseen
 		// (a newer Prev), or the store went back in time (an older one, whose old
 		// acknowledgement proves nothing of the term seen). Wait both out.
-		return newPredecessor(0, unseenStoppedBy(now, ttl))
+		return e.freshProof(token, 0, unseenStoppedBy(now, ttl))
 	case o.Prev != 0 && o.Prev == own.token, o.Prev == 0 && seen.token == 0 && own.token != 0 && own.lastSeen:
 		// This instance's own term came last: it stopped admitting before it campaigned
-		// again, but what that term still waited for, this one waits for too.
-		if own.pred != nil && !own.pred.isProven() {
-			return own.pred
+		// again, but what that term still owed, this one owes too.
+		if own.proof != nil && !own.proof.isProven() {
+			return own.proof
 		}
-		return provenPredecessor
+		return e.freshProof(token, 0, time.Time{})
 	case seenOther && o.PrevReleased:
-		return provenPredecessor // Prev is the term seen, and it acknowledged its end
+		// Prev is the term seen, and it acknowledged its end, which it does only once
+		// its own proof is complete: it vouches for every term before it.
+		return e.freshProof(token, 0, time.Time{})
 	case seenOther:
-		return newPredecessor(seen.token, seen.stoppedBy(now, ttl))
+		return e.freshProof(token, seen.token, seen.stoppedBy(now, ttl, o.Prev == seen.token))
 	case seen.token != 0 && seen.token != token && (o.Prev == 0 || o.Prev == seen.token):
-		return provenPredecessor // a term under this candidate's own lease
+		return e.freshProof(token, 0, time.Time{}) // a term under this candidate's own lease
 	case o.PrevReleased:
-		return provenPredecessor // never seen, but it acknowledged its end
+		return e.freshProof(token, 0, time.Time{}) // never seen, but it acknowledged its end
 	default:
 		// Never seen: ask for its acknowledgement (a clean shutdown leaves one), and
 		// otherwise wait it out.
-		return newPredecessor(o.Prev, unseenStoppedBy(now, ttl))
+		return e.freshProof(token, o.Prev, unseenStoppedBy(now, ttl))
 	}
+}
+
+// freshProof returns a new proof for term token, which owes a heartbeat proof for the term
+// pred until stoppedBy unless stoppedBy is zero. A candidate in failsafe mode always owes
+// the failsafe proof too: it may have confirmed another term itself. A candidate without
+// it, but with a fence transport, owes it only along with a heartbeat proof: a term that
+// acknowledged its end completed its own proof first, so nothing before it rides a
+// failsafe.
+func (e *Election) freshProof(token, pred int64, stoppedBy time.Time) *proof {
+	heartbeat := !stoppedBy.IsZero()
+	failsafe := e.c.cfg.Failsafe != nil || e.c.cfg.Fence != nil && heartbeat
+	return newProof(token, pred, stoppedBy, heartbeat, failsafe)
 }
 
 // ownTerm is the latest term this instance held, for its successor (most likely this
 // instance again, after an operator deleted the key or the lease was lost).
 type ownTerm struct {
 	token int64
-	pred  *predecessor
+	proof *proof
 	// lastSeen is set while nothing of another holder was seen since this term ended.
 	lastSeen bool
 }
 
-// settle waits until the predecessor of this instance's term token is known to have
-// stopped, then lets the term admit. The previous holder acknowledges as soon as its watch
-// shows it the key is gone and its admitted requests are done. If it cannot (it is cut
-// off, or its lease was revoked under it), its heartbeat deadline runs out by stoppedBy
-// (see observedTerm.stoppedBy). Either way there is no moment at which both admit. The
-// lease's absence proves nothing: a revoked lease vanishes while its holder's deadline is
-// still ahead, and the store cannot tell revoked from expired.
-func (e *Election) settle(token int64, p *predecessor) {
+// settle waits until term token's proof p is complete, then lets the term admit; it looks
+// for the heartbeat obligation's acknowledgement itself. The previous holder acknowledges
+// as soon as its watch shows it the key is gone, its admitted requests are done and its
+// own proof is complete. If it cannot (it is cut off, or its lease was revoked under it),
+// its heartbeat deadline runs out by stoppedBy (see observedTerm.stoppedBy). Either way
+// there is no moment at which both admit. The lease's absence proves nothing: a revoked
+// lease vanishes while its holder's deadline is still ahead, and the store cannot tell
+// revoked from expired. It returns when the term ends unsettled: whatever comes next
+// carries p on.
+func (e *Election) settle(token int64, p *proof) {
 	retry := newBackoff(10*time.Millisecond, 250*time.Millisecond)
 	for {
-		released := p.isProven()
+		heartbeat, _ := p.owes()
 		var err error
-		if !released && p.token != 0 {
+		if heartbeat && p.token != 0 {
 			rctx, cancel := context.WithTimeout(e.c.ctx, min(e.c.requestTimeout, max(10*time.Millisecond, p.stoppedBy.Sub(e.c.now()))))
+			var released bool
 			released, err = e.c.cfg.Backend.Released(rctx, e.name, p.token, 0)
 			cancel()
-		}
-		reason := "elected"
-		if !released && !e.c.now().Before(p.stoppedBy) {
-			released, err, reason = true, nil, ReasonPredecessorTimedOut
-			if p.token == 0 {
-				reason = ReasonUnseenWaitedOut
+			if released {
+				p.heartbeatProven("elected")
 			}
 		}
-		if released {
-			p.prove()
+		if heartbeat && !e.c.now().Before(p.stoppedBy) {
+			p.heartbeatProven(p.timedOutReason())
 		}
+		changed := e.Changed()
 		e.mu.Lock()
 		if e.settling != token {
 			e.mu.Unlock()
-			return // the term ended meanwhile; whoever comes next waits for p
+			return // the term ended meanwhile; whoever comes next carries p on
 		}
-		if released {
+		if p.isProven() {
 			e.settling = 0
 			if cur := e.term.Load(); cur.lease != nil && cur.Token == token {
-				e.publishLocked(cur.Leader, cur.Token, cur.lease, reason)
+				e.publishLocked(cur.Leader, cur.Token, cur.lease, p.why())
 			}
 			e.mu.Unlock()
 			return
@@ -227,7 +182,16 @@ func (e *Election) settle(token int64, p *predecessor) {
 		if err != nil {
 			e.c.storeFailed("settle", err)
 		}
-		if !retry.waitAtMost(e.c.ctx, p.stoppedBy.Sub(e.c.now())) {
+		if heartbeat, _ = p.owes(); heartbeat {
+			if !retry.waitAtMost(e.c.ctx, p.stoppedBy.Sub(e.c.now())) {
+				return
+			}
+			continue
+		}
+		select { // only the failsafe proof is owed: proveNoFailsafe finds it
+		case <-p.proven:
+		case <-changed:
+		case <-e.c.ctx.Done():
 			return
 		}
 	}

@@ -87,9 +87,9 @@ type Term struct {
 	// fs is how long a failsafe round let this term admit past those deadlines (see
 	// failsafe.go); shared like beat. Set whenever lease is.
 	fs *deadline
-	// pred is what the term waits for before it admits, and what its end must not
-	// vouch for before it is proven (see predecessor). Set whenever lease is.
-	pred *predecessor
+	// proof is what the term owes before it admits, and before its end may vouch for
+	// anything (see proof). Set whenever lease is.
+	proof *proof
 	// end is cancelled when this instance's hold of the key ends; already cancelled
 	// for a Term that does not hold it.
 	end context.Context

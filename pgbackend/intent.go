@@ -85,7 +85,7 @@ func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elect
 	out := make(chan elector.IntentChange, 1)
 	seen := int64(-1) // the rev of the intent last reported; 0 for none
 	b.follow(ctx, topic{election: election, intents: true}, func(err error) { send(ctx, out, elector.IntentChange{Err: err}) },
-		func(ctx context.Context, _ *vacancy) (time.Duration, bool) {
+		func(ctx context.Context) (time.Duration, bool) {
 			var (
 				value     []byte
 				rev       int64

@@ -44,30 +44,13 @@ func (l *listener) start() {
 func (l *listener) stop() {}
 
 // subscription is one watch's: a wake-up after each notification about its topic (at most
-// one pending), and the vacancy the latest of them described, if it did.
+// one pending).
 type subscription struct {
 	wake chan struct{}
-
-	mu      sync.Mutex
-	vacated *vacancy
 }
 
-// takeVacancy returns the vacancy the latest notification described (nil if it described
-// none) and forgets it.
-func (s *subscription) takeVacancy() *vacancy {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v := s.vacated
-	s.vacated = nil
-	return v
-}
-
-// notify wakes s up, with the vacancy the notification described (nil if none): a later
-// notification makes an earlier vacancy stale.
-func (s *subscription) notify(v *vacancy) {
-	s.mu.Lock()
-	s.vacated = v
-	s.mu.Unlock()
+// notify wakes s up.
+func (s *subscription) notify() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -95,23 +78,22 @@ func (l *listener) subscribe(t topic) (*subscription, func()) {
 
 // deliver wakes the subscriptions a notification's payload is about.
 func (l *listener) deliver(payload string) {
-	n := parseNotice(payload)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, t := range n.topics {
+	for _, t := range parseNotice(payload) {
 		for s := range l.subs[t] {
-			s.notify(n.vacated)
+			s.notify()
 		}
 	}
 }
 
-// wakeAll wakes every subscription, with no vacancy: notifications may have been lost.
+// wakeAll wakes every subscription: notifications may have been lost.
 func (l *listener) wakeAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, subs := range l.subs {
 		for s := range subs {
-			s.notify(nil)
+			s.notify()
 		}
 	}
 }

@@ -1,14 +1,9 @@
 package pgbackend
 
-import (
-	"strconv"
-	"strings"
-)
+import "strings"
 
 // The triggers' notifications name what changed, so that each reaches only the watches
-// it concerns, and the delete of a key says enough for a watch to report the vacancy
-// without reading the key again (one statement less between a release and the
-// successor's campaign):
+// it concerns:
 //
 //	<election>/k                      the key was written (insert or update)
 //	<election>/d/<token>/<rev>/<at>   the key of term token, last written at rev, was
@@ -18,9 +13,12 @@ import (
 //
 // Election names hold no slash. A payload without one is an election name alone, as the
 // triggers of earlier versions sent for every change of a key or an intent: it wakes both.
-// Anyone who can connect may NOTIFY on any channel, so a notification is only ever a
-// reason to look: a vacancy it describes is reported only after the very write the watch
-// last reported, and what a campaign then finds decides.
+// Anyone who can connect may NOTIFY on any channel, and the fencing token and revisions a
+// payload names are no secret, so a notification is only ever a reason to look: the
+// watch reads the key and reports what it finds, never what the payload says (an earlier
+// version reported a delete's vacancy from the payload alone, and a forged one made a
+// live leader end its term and acknowledge it). What a look may cost is bounded too (see
+// notificationReads).
 
 // topic is what a watch follows: the key of an election, or its intents.
 type topic struct {
@@ -28,55 +26,19 @@ type topic struct {
 	intents  bool
 }
 
-// vacancy is what a key's delete notification says.
-type vacancy struct {
-	// token and rev are the deleted row's term and last write.
-	token, rev int64
-	// at is the vacancy's revision: above rev and every revision read before the delete.
-	at int64
-}
-
-// notice is what one notification says: whom it concerns and, for a delete, the vacancy.
-type notice struct {
-	topics  []topic
-	vacated *vacancy
-}
-
-func parseNotice(payload string) notice {
+// parseNotice returns the topics a notification's payload is about.
+func parseNotice(payload string) []topic {
 	election, rest, tagged := strings.Cut(payload, "/")
 	key, intents := topic{election: election}, topic{election: election, intents: true}
 	if !tagged {
-		return notice{topics: []topic{key, intents}}
+		return []topic{key, intents}
 	}
-	kind, fields, _ := strings.Cut(rest, "/")
+	kind, _, _ := strings.Cut(rest, "/")
 	switch kind {
-	case "k":
-		return notice{topics: []topic{key}}
+	case "k", "d":
+		return []topic{key}
 	case "i":
-		return notice{topics: []topic{intents}}
-	case "d":
-		return notice{topics: []topic{key}, vacated: parseVacancy(fields)}
+		return []topic{intents}
 	}
-	return notice{topics: []topic{key, intents}} // a kind from a later version: look at both
-}
-
-// parseVacancy reads "<token>/<rev>/<at>"; nil if it does not hold three numbers with at
-// above rev.
-func parseVacancy(fields string) *vacancy {
-	parts := strings.Split(fields, "/")
-	if len(parts) != 3 {
-		return nil
-	}
-	var n [3]int64
-	for i, p := range parts {
-		v, err := strconv.ParseInt(p, 10, 64)
-		if err != nil {
-			return nil
-		}
-		n[i] = v
-	}
-	if n[2] <= n[1] {
-		return nil
-	}
-	return &vacancy{token: n[0], rev: n[1], at: n[2]}
+	return []topic{key, intents} // a kind from a later version: look at both
 }

@@ -15,16 +15,14 @@ func TestParseNotice(t *testing.T) {
 	key, intents := topic{election: "e"}, topic{election: "e", intents: true}
 	for _, tc := range []struct {
 		name, payload string
-		want          notice
+		want          []topic
 	}{
-		{"an_earlier_versions_payload_wakes_both", "e", notice{topics: []topic{key, intents}}},
-		{"key_written", "e/k", notice{topics: []topic{key}}},
-		{"intent_changed", "e/i", notice{topics: []topic{intents}}},
-		{"key_deleted", "e/d/7/9/12", notice{topics: []topic{key}, vacated: &vacancy{token: 7, rev: 9, at: 12}}},
-		{"key_deleted_without_a_revision", "e/d/7/9", notice{topics: []topic{key}}},
-		{"key_deleted_with_a_revision_not_above_the_write", "e/d/7/9/9", notice{topics: []topic{key}}},
-		{"key_deleted_with_garbage", "e/d/x/9/12", notice{topics: []topic{key}}},
-		{"a_later_versions_kind_wakes_both", "e/z/1", notice{topics: []topic{key, intents}}},
+		{"an_earlier_versions_payload_wakes_both", "e", []topic{key, intents}},
+		{"key_written", "e/k", []topic{key}},
+		{"intent_changed", "e/i", []topic{intents}},
+		{"key_deleted", "e/d/7/9/12", []topic{key}},
+		{"key_deleted_with_garbage", "e/d/x/9/12", []topic{key}},
+		{"a_later_versions_kind_wakes_both", "e/z/1", []topic{key, intents}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := parseNotice(tc.payload); !reflect.DeepEqual(got, tc.want) {
@@ -34,10 +32,10 @@ func TestParseNotice(t *testing.T) {
 	}
 }
 
-// TestWatchActsOnNotifications: a key's delete reaches a watch as a vacancy with no read of
-// the key (the successor campaigns one statement sooner), an intent's change makes no key
-// watch read, and a notification that is not what it claims to be, or comes from an
-// earlier version's trigger, makes the watch read. The watcher polls once an hour, so only
+// TestWatchActsOnNotifications: a notification makes a watch look, never act: a key's
+// delete is reported after one read of the key, a forged delete makes the watch read and
+// report nothing, a flood of forged notifications costs a bounded number of reads, an
+// intent's change makes no key watch read, and an earlier version's trigger still wakes it. The watcher polls once an hour, so only
 // notifications wake it; its statements are counted by its pool's acquisitions.
 func TestWatchActsOnNotifications(t *testing.T) {
 	server := pgtest.Start(t)
@@ -106,7 +104,7 @@ func TestWatchActsOnNotifications(t *testing.T) {
 		return changes, lease, won
 	}
 
-	t.Run("a_delete_is_reported_without_a_read", func(t *testing.T) {
+	t.Run("a_delete_is_reported_after_one_read", func(t *testing.T) {
 		for _, tc := range []struct {
 			name string
 			end  func(t *testing.T, election string, token int64, lease elector.LeaseID)
@@ -133,9 +131,9 @@ func TestWatchActsOnNotifications(t *testing.T) {
 				if o := next(t, changes, "the vacancy"); o.Holder != nil {
 					t.Fatalf("the watch reported %+v, want the vacancy", o)
 				}
-				// A read that reported the vacancy was sent before the report: no wait.
-				if n := statements(); n != before {
-					t.Errorf("the watch sent %d statements to report the vacancy, want none", n-before)
+				// The read that found the vacancy was sent before the report: no wait.
+				if n := statements(); n != before+1 {
+					t.Errorf("the watch sent %d statements to report the vacancy, want 1 (the read that found it)", n-before)
 				}
 			})
 		}
@@ -157,6 +155,29 @@ func TestWatchActsOnNotifications(t *testing.T) {
 		}
 		if o := next(t, changes, "the heartbeat"); o.Holder == nil || string(o.Holder.Value) != "after" {
 			t.Errorf("after a forged delete the watch reported %+v, want the heartbeat", o)
+		}
+	})
+
+	t.Run("a_flood_of_forged_notifications_costs_bounded_reads", func(t *testing.T) {
+		election := "notice-flood"
+		changes, _, won := watchHeld(t, election)
+		before := statements()
+		const forged = 500
+		start := time.Now()
+		for i := range forged {
+			exec(t, `SELECT pg_notify('caddy_leader_changes', $1)`,
+				fmt.Sprintf("%s/d/%d/%d/%d", election, won.Holder.Token, i, int64(1)<<62))
+		}
+		elapsed := time.Since(start)
+		reads := quiet() - before
+		// A burst of 4, then one per 20 ms of the flood (and of quiet's own wait).
+		if limit := 4 + int64((elapsed+time.Second)/(20*time.Millisecond)) + 1; reads > limit {
+			t.Errorf("%d forged notifications in %s cost the watcher %d reads, want at most %d", forged, elapsed, reads, limit)
+		}
+		select {
+		case o := <-changes:
+			t.Errorf("forged notifications made the watch report %+v", o)
+		default:
 		}
 	})
 

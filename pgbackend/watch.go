@@ -4,14 +4,16 @@ import (
 	"context"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/caddyleader/caddy-leader/elector"
 )
 
 // PostgreSQL keeps no history of a row, so a watch reads the key's current state again
 // whenever it may have changed and reports it when it differs from the last one reported:
 //   - at once when a NOTIFY names the election's key (every insert, update or delete of its
-//     row, an operator's too, fires one); a delete's says what a read would find, and is
-//     reported as it is when it follows the write last reported (vacancyAfter);
+//     row, an operator's too, fires one), but never more often than notificationReads
+//     allows: a notification is a reason to look, and anyone who can connect can send one;
 //   - when the holder's lease is due to expire by the server's clock, since nothing is
 //     written then;
 //   - at least every poll interval, because notifications are lost while the listener
@@ -72,15 +74,7 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	out := make(chan elector.Observation, 1)
 	base, known := b.baseline(election, afterRev)
 	b.follow(ctx, topic{election: election}, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
-		func(ctx context.Context, vacated *vacancy) (time.Duration, bool) {
-			if s, ok := vacancyAfter(base, known, vacated); ok {
-				if !send(ctx, out, s.obs) {
-					return 0, false
-				}
-				b.remember(election, s)
-				base = s
-				return 0, true
-			}
+		func(ctx context.Context) (time.Duration, bool) {
 			r, err := b.read(ctx, election, 0)
 			if err != nil {
 				if ctx.Err() == nil {
@@ -109,19 +103,6 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	return out
 }
 
-// vacancyAfter is the vacancy a delete's notification describes, as the watch that last
-// reported base (if known) reports it without reading the key: only when the row deleted
-// is the very write the watch last reported (so no write of the term goes unreported
-// before the vacancy), and the vacancy's revision is above base's (a watch's revisions
-// only rise). Otherwise the watch reads the key.
-func vacancyAfter(base reported, known bool, v *vacancy) (reported, bool) {
-	if v == nil || !known || base.obs.Holder == nil || base.obs.Holder.Token != v.token ||
-		base.rowRev != v.rev || v.at <= base.obs.Revision {
-		return reported{}, false
-	}
-	return reported{elector.Observation{Revision: v.at}, v.rev}, true
-}
-
 // news is what a watch that last reported base (if known) reports of read r, in order.
 func news(base reported, known bool, r reading) []reported {
 	now := reported{r.obs, r.rowRev}
@@ -145,13 +126,19 @@ func news(base reported, known bool, r reading) []reported {
 	}
 }
 
+// notificationReads bounds the reads that notifications make one watch send: a burst of a
+// few (a handover's delete and insert, a heartbeat), then one every 20 ms at most. Real
+// changes come nowhere near it; a flood of forged NOTIFYs costs each watch 50 reads a
+// second, not one per notification.
+func notificationReads() *rate.Limiter { return rate.NewLimiter(rate.Every(20*time.Millisecond), 4) }
+
 // follow looks at t's rows in a goroutine of the backend: once at the start, then again
-// on every notification about t, every poll interval, and a little past the moment look
-// says something expires (0: nothing does), until look returns false or ctx or the
-// backend ends; then it calls done. look is given the vacancy the latest notification
-// described, if any. broken is told if the backend is not ready to start with.
+// on every notification about t (within notificationReads), every poll interval, and a
+// little past the moment look says something expires (0: nothing does), until look
+// returns false or ctx or the backend ends; then it calls done. broken is told if the
+// backend is not ready to start with.
 func (b *Backend) follow(ctx context.Context, t topic, broken func(error),
-	look func(ctx context.Context, vacated *vacancy) (time.Duration, bool), done func()) {
+	look func(ctx context.Context) (time.Duration, bool), done func()) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -166,18 +153,20 @@ func (b *Backend) follow(ctx context.Context, t topic, broken func(error),
 			broken(err)
 			return
 		}
+		reads := notificationReads()
 		for {
-			expiry, ok := look(ctx, sub.takeVacancy())
-			if !ok || !b.sleep(ctx, sub.wake, expiry) {
+			expiry, ok := look(ctx)
+			if !ok || !b.sleep(ctx, sub.wake, expiry, reads) {
 				return
 			}
 		}
 	}()
 }
 
-// sleep waits for a notification, the poll interval, or (if expiry > 0) a little past the
-// holder's lease expiry, whichever comes first; it returns false once ctx ends.
-func (b *Backend) sleep(ctx context.Context, wake <-chan struct{}, expiry time.Duration) bool {
+// sleep waits for a notification (then for reads to allow one more), the poll interval, or
+// (if expiry > 0) a little past the holder's lease expiry, whichever comes first; it
+// returns false once ctx ends.
+func (b *Backend) sleep(ctx context.Context, wake <-chan struct{}, expiry time.Duration, reads *rate.Limiter) bool {
 	d := time.Duration(b.poll.Load())
 	if expiry > 0 {
 		// The server's clock decides; a few milliseconds more make sure it has passed.
@@ -189,7 +178,7 @@ func (b *Backend) sleep(ctx context.Context, wake <-chan struct{}, expiry time.D
 	case <-ctx.Done():
 		return false
 	case <-wake:
-		return true
+		return reads.Wait(ctx) == nil
 	case <-t.C:
 		return true
 	}

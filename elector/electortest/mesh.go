@@ -15,11 +15,12 @@ type Mesh struct {
 	mu    sync.Mutex
 	nodes map[string]*elector.Candidate
 	cut   map[[2]string]bool
+	sent  map[string][][]byte // what was asked of each id, oldest first
 }
 
 // NewMesh returns an empty mesh.
 func NewMesh() *Mesh {
-	return &Mesh{nodes: make(map[string]*elector.Candidate), cut: make(map[[2]string]bool)}
+	return &Mesh{nodes: make(map[string]*elector.Candidate), cut: make(map[[2]string]bool), sent: make(map[string][][]byte)}
 }
 
 // MeshURL is the failsafe URL of candidate id on a Mesh.
@@ -40,6 +41,14 @@ func (m *Mesh) Cut(a, b string, broken bool) {
 	m.cut[[2]string{b, a}] = broken
 }
 
+// Sent returns every question that reached candidate id so far, oldest first, as a
+// man in the middle would have seen them: a test can deliver one again, late.
+func (m *Mesh) Sent(id string) [][]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([][]byte(nil), m.sent[id]...)
+}
+
 // ErrCut is what a question over a cut link fails with.
 var ErrCut = errors.New("electortest: link cut")
 
@@ -56,6 +65,9 @@ func (t meshTransport) Ask(ctx context.Context, url string, body []byte) ([]byte
 	to := strings.TrimPrefix(url, "mesh://")
 	t.m.mu.Lock()
 	c, cut := t.m.nodes[to], t.m.cut[[2]string{t.from, to}]
+	if !cut {
+		t.m.sent[to] = append(t.m.sent[to], body)
+	}
 	t.m.mu.Unlock()
 	if c == nil || cut {
 		return nil, ErrCut

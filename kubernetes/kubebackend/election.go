@@ -3,6 +3,7 @@ package kubebackend
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"strconv"
 	"time"
 
@@ -108,6 +109,14 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 			return o, err
 		}
 		token := o.Revision + 1
+		// A vacated object still names the term that held it last: the campaign names
+		// it as Prev, so that the new holder waits for that very term and never takes
+		// its own earlier term for the last one (an object deleted by an operator names
+		// none, and the new holder then waits out every term it did not see).
+		var prev int64
+		if obj != nil {
+			prev, _ = strconv.ParseInt(obj.Annotations[annToken], 10, 64)
+		}
 		at := b.revs.mark()
 		now := metav1.NowMicro()
 		holder := b.leaseName(lease)
@@ -158,7 +167,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		if err := b.revs.term(at, election, token, rev); err != nil {
 			return elector.Observation{}, err
 		}
-		return elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: token}}, nil
+		return elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: token}, Prev: prev}, nil
 	}
 }
 
@@ -339,10 +348,7 @@ func (w *watcher) run(ctx context.Context) error {
 	for {
 		ch, stop, err := watchNamed(ctx, leases, name, from)
 		if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
-			if from, err = w.relist(ctx); err != nil {
-				return err
-			}
-			continue
+			return errWatchGap
 		}
 		if err != nil {
 			return w.b.describe("watch", err)
@@ -354,6 +360,12 @@ func (w *watcher) run(ctx context.Context) error {
 		}
 	}
 }
+
+// errWatchGap ends a watch whose resume point the API server no longer keeps (410 Gone).
+// Listing again would report the current state as if every change before it had been
+// watched, merging a vacancy with heartbeats nobody saw (see elector.Backend.Watch); the
+// elector reads the key instead, which says honestly that changes may have been missed.
+var errWatchGap = errors.New("kubernetes: the watch fell behind the API server's history (410 Gone); changes in between are unknown")
 
 // relist reports the current state if it is newer than the last report, and returns the
 // revision to watch from.
@@ -385,7 +397,7 @@ func (w *watcher) events(ctx context.Context, ch <-chan event, from int64) (int6
 			}
 			if ev.err != nil {
 				if apierrors.IsGone(ev.err) || apierrors.IsResourceExpired(ev.err) {
-					return w.relist(ctx)
+					return from, errWatchGap
 				}
 				return from, w.b.describe("watch", ev.err)
 			}
