@@ -68,6 +68,8 @@ const (
 // `{http.leader.id}` | The current leader's instance id; empty if none is known
 // `{http.leader.url}` | The current leader's advertise URL; empty if none is known
 // `{http.leader.token}` | The fencing token (etcd create revision) of the current term; empty if none is known
+// `{http.leader.admitted_at}` | When this instance admitted the request (RFC 3339, UTC, its wall clock at the admission check); empty if it did not admit it
+// `{http.leader.deadline}` | Until when the admitting term could admit it if nothing changed (its lease, heartbeat or failsafe deadline, as `admitted_at`): a backend that receives the request later knows the term may have ended first; empty if not admitted
 type Gate struct {
 	// Election is the name of the election whose leader may serve the gated requests.
 	// Default: `default`.
@@ -269,20 +271,22 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	// instances make of each other's marks (see ForwardedByHeader).
 	token, forwarded, hopped := g.takeMark(r)
 	var t *elector.Term
+	var at time.Time
 	var admitted bool
 	if forwarded {
-		t, admitted = g.election.EnterForwarded(token)
+		t, at, admitted = g.election.EnterForwardedAt(token)
 	} else {
-		t, admitted = g.election.Enter()
+		t, at, admitted = g.election.EnterAt()
 	}
 	if !admitted && !hopped && g.hold > 0 && !g.settled(t) {
 		start := time.Now()
-		t, admitted = g.holdForLeader(r.Context())
+		t, at, admitted = g.holdForLeader(r.Context())
 		g.counts.held.Observe(time.Since(start).Seconds())
 	}
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	g.placeholders.set(repl, t, admitted)
 	if admitted {
+		setAdmission(repl, t, at)
 		g.counts.served.Inc()
 		return g.serveAdmitted(w, r, next, t)
 	}
@@ -337,11 +341,11 @@ func (g *Gate) serveCancellable(w http.ResponseWriter, r *http.Request, next cad
 
 // holdForLeader waits (up to Hold, or until the client leaves) for a settled term, then
 // tries to enter again: this instance may be the new leader.
-func (g *Gate) holdForLeader(ctx context.Context) (*elector.Term, bool) {
+func (g *Gate) holdForLeader(ctx context.Context) (*elector.Term, time.Time, bool) {
 	ctx, cancel := context.WithTimeout(ctx, g.hold)
 	defer cancel()
 	g.waitSettled(ctx)
-	return g.election.Enter()
+	return g.election.EnterAt()
 }
 
 // settled is Term.Settled, except that a leader record of this very instance which this

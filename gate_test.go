@@ -133,7 +133,7 @@ func (n *recordingNext) ServeHTTP(w http.ResponseWriter, r *http.Request) error 
 	n.ran = true
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	n.placeholders = map[string]string{}
-	for _, key := range []string{phElection, phIsLeader, phSelf, phID, phURL, phToken} {
+	for _, key := range []string{phElection, phIsLeader, phSelf, phID, phURL, phToken, phAdmittedAt, phDeadline} {
 		v, _ := repl.GetString(key)
 		n.placeholders[key] = v
 	}
@@ -154,11 +154,22 @@ func TestGate(t *testing.T) {
 		r, _ := gatedRequest(http.MethodPost, "/write")
 		w := httptest.NewRecorder()
 		next := &recordingNext{}
+		before := time.Now()
 		if err := g.ServeHTTP(w, r, next); err != nil {
 			t.Fatal(err)
 		}
+		after := time.Now()
 		if !next.ran {
 			t.Fatal("the leader did not pass the request on")
+		}
+		// The admission's own clock read, and the term's deadline from it.
+		admittedAt, err := time.Parse(time.RFC3339Nano, next.placeholders[phAdmittedAt])
+		if err != nil || admittedAt.Before(before.Truncate(time.Microsecond)) || admittedAt.After(after) {
+			t.Errorf("{%s} = %q (%v), want a time between %s and %s", phAdmittedAt, next.placeholders[phAdmittedAt], err, before, after)
+		}
+		deadline, err := time.Parse(time.RFC3339Nano, next.placeholders[phDeadline])
+		if rem := leader.election.Term().Remaining(after); err != nil || !deadline.After(admittedAt) || deadline.Sub(admittedAt) > time.Duration(leader.election.Candidate().TTL()) {
+			t.Errorf("{%s} = %q (%v), want after the admission and within a ttl of it (remaining now %s)", phDeadline, next.placeholders[phDeadline], err, rem)
 		}
 		want := map[string]string{
 			phElection: "gate", phIsLeader: "true", phSelf: leader.id, phID: leader.id,
@@ -199,6 +210,11 @@ func TestGate(t *testing.T) {
 			}
 			if v, _ := repl.GetString(phIsLeader); v != "false" {
 				t.Errorf("{http.leader.is_leader} = %q on a follower", v)
+			}
+			for _, key := range []string{phAdmittedAt, phDeadline} {
+				if v, known := repl.GetString(key); !known || v != "" {
+					t.Errorf("{%s} = %q (known %v) on a follower, want empty", key, v, known)
+				}
 			}
 			if v, _ := repl.GetString(phID); v != leader.id {
 				t.Errorf("{http.leader.id} = %q, want %q", v, leader.id)

@@ -2,6 +2,7 @@ package caddyleader
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -16,6 +17,9 @@ const (
 	phID       = "http.leader.id"
 	phURL      = "http.leader.url"
 	phToken    = "http.leader.token"
+	// Set only on a request the gate admitted (empty otherwise).
+	phAdmittedAt = "http.leader.admitted_at"
+	phDeadline   = "http.leader.deadline"
 )
 
 // termPlaceholders answers the leader placeholders for one Term. Its values are boxed once,
@@ -40,8 +44,14 @@ func newTermPlaceholders(t *elector.Term) *termPlaceholders {
 	}
 	provider := func(isLeader bool) caddy.ReplacerFunc {
 		return func(key string) (any, bool) {
-			if key == phIsLeader {
+			switch key {
+			case phIsLeader:
 				return isLeader, true
+			case phAdmittedAt, phDeadline:
+				if isLeader {
+					return nil, false // setAdmission's provider, after this one, answers
+				}
+				return "", true
 			}
 			v, ok := values[key]
 			return v, ok
@@ -70,6 +80,25 @@ func (c *placeholderCache) set(repl *caddy.Replacer, t *elector.Term, admitted b
 	} else {
 		repl.Map(p.refused)
 	}
+}
+
+// setAdmission makes the admission placeholders of repl, for a request a gate admitted
+// under term t at now (the gate's own clock read), answer when it was admitted and until
+// when t could admit it, by this host's wall clock: a backend that sees the request after
+// that deadline knows its term may have ended before the request reached it (a leader
+// that froze right after admitting), and can refuse it. It is the one allocation of an
+// admitted request, and provides only these two keys: the term's others come from set.
+func setAdmission(repl *caddy.Replacer, t *elector.Term, now time.Time) {
+	deadline := now.Add(t.Remaining(now))
+	repl.Map(func(key string) (any, bool) {
+		switch key {
+		case phAdmittedAt:
+			return now.UTC().Format(time.RFC3339Nano), true
+		case phDeadline:
+			return deadline.UTC().Format(time.RFC3339Nano), true
+		}
+		return nil, false
+	})
 }
 
 // setTermPlaceholders makes the leader placeholders of repl answer for t and admitted,

@@ -2,6 +2,7 @@ package elector
 
 import (
 	"context"
+	"time"
 )
 
 // Check reports whether this instance may act as leader right now, with the Term it decided
@@ -15,16 +16,24 @@ func (e *Election) Check() (*Term, bool) {
 // Enter is Check for a request that will run under leadership: when it admits, the request is
 // counted as in flight until the caller calls Exit, and a handover waits for it.
 func (e *Election) Enter() (*Term, bool) {
+	t, _, ok := e.EnterAt()
+	return t, ok
+}
+
+// EnterAt is Enter, and also returns the moment (the election's clock, read once) at which
+// the request was admitted or refused: a request can carry when, and until when, its term
+// let it in (see Term.Remaining).
+func (e *Election) EnterAt() (*Term, time.Time, bool) {
 	// Count first, then look: a handover publishes "draining" first, then reads the count.
 	// Go's atomics are sequentially consistent, so either this request sees the draining
 	// Term and backs out, or the handover sees this request's count and waits for it.
 	e.inflight.Add(1)
-	t := e.term.Load()
-	if t.Leading(e.c.now()) {
-		return t, true
+	t, now := e.term.Load(), e.c.now()
+	if t.Leading(now) {
+		return t, now, true
 	}
 	e.inflight.Add(-1)
-	return t, false
+	return t, now, false
 }
 
 // EnterForwarded is Enter for a request that a peer has forwarded to this instance as to
@@ -35,13 +44,19 @@ func (e *Election) Enter() (*Term, bool) {
 // what they send would not end while the load lasts. A refused request is answered with
 // NotLeaderHeader and the peer sends it on to the successor.
 func (e *Election) EnterForwarded(token int64) (*Term, bool) {
+	t, _, ok := e.EnterForwardedAt(token)
+	return t, ok
+}
+
+// EnterForwardedAt is EnterForwarded with the moment of the decision, as EnterAt.
+func (e *Election) EnterForwardedAt(token int64) (*Term, time.Time, bool) {
 	e.inflight.Add(1)
-	t := e.term.Load()
-	if t.Token == token && t.Leading(e.c.now()) {
-		return t, true
+	t, now := e.term.Load(), e.c.now()
+	if t.Token == token && t.Leading(now) {
+		return t, now, true
 	}
 	e.inflight.Add(-1)
-	return t, false
+	return t, now, false
 }
 
 // Exit ends a request admitted by Enter.
