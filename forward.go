@@ -20,18 +20,26 @@ import (
 // request, so it may send it to the new leader instead.
 const NotLeaderHeader = "Caddy-Leader-Not-Leader"
 
+// notLeaderTermHeld is the value of NotLeaderHeader from an instance that holds the very
+// term the request was forwarded to but does not admit yet (it still proves its
+// predecessors stopped) or any more (it drains): asking again shortly may succeed. Any
+// other value (the election's name) says the instance does not hold that term at all (a
+// restarted process at the leader's address, an ex-leader): the forwarding instance waits
+// until its view of the election changes before it sends the request anywhere again.
+const notLeaderTermHeld = "term-held"
+
 // replayLimit is the largest request body a forward keeps in memory so that it can be sent
 // again when the instance it went to had just stopped leading. Larger and streamed bodies
 // go straight through and are not retried.
 const replayLimit = 64 << 10
 
 // The instance that answered NotLeaderHeader may be the one this instance takes for the
-// leader: the ex-leader, whose stepping down has not reached this instance yet, or the
-// successor, which has not yet confirmed its own win or is still waiting for its
-// predecessor to stop. Either way the next try waits for this instance's view of the
-// election to change, or for a pause that starts at firstNotLeaderPause and doubles up to
-// maxNotLeaderPause, so that a settling successor is asked again soon but not in a tight
-// loop. Hold bounds the whole.
+// leader: the ex-leader, whose stepping down has not reached this instance yet, a process
+// started again at the leader's address, or the successor, which has not yet confirmed its
+// own win or is still waiting for its predecessor to stop. Only the last holds the term
+// (notLeaderTermHeld) and is asked again after a pause that starts at firstNotLeaderPause
+// and doubles up to maxNotLeaderPause, or sooner if the election changes; the others are
+// asked nothing until this instance's view of the election changes. Hold bounds the whole.
 const (
 	firstNotLeaderPause = 5 * time.Millisecond
 	maxNotLeaderPause   = 100 * time.Millisecond
@@ -84,7 +92,11 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 		switch {
 		case catcher.caught:
 			catcher.restoreHeader()
-			if !replayable || !waitForChange(r.Context(), changed, pause, deadline) {
+			wait := pause
+			if !catcher.termHeld {
+				wait = time.Until(deadline) // nothing but a change is worth a new try
+			}
+			if !replayable || !waitForChange(r.Context(), changed, wait, deadline) {
 				return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
 			}
 			pause = min(2*pause, maxNotLeaderPause)
@@ -176,6 +188,8 @@ type notLeaderCatcher struct {
 	*caddyhttp.ResponseWriterWrapper
 	before http.Header // the response headers before the try, to undo what it copied in
 	caught bool
+	// termHeld is set when the refusing instance holds the term it was asked under.
+	termHeld bool
 }
 
 func newNotLeaderCatcher(w http.ResponseWriter) *notLeaderCatcher {
@@ -186,8 +200,8 @@ func newNotLeaderCatcher(w http.ResponseWriter) *notLeaderCatcher {
 }
 
 func (c *notLeaderCatcher) WriteHeader(status int) {
-	if status == http.StatusServiceUnavailable && c.Header().Get(NotLeaderHeader) != "" {
-		c.caught = true
+	if v := c.Header().Get(NotLeaderHeader); status == http.StatusServiceUnavailable && v != "" {
+		c.caught, c.termHeld = true, v == notLeaderTermHeld
 		return
 	}
 	c.ResponseWriterWrapper.WriteHeader(status)

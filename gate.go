@@ -291,8 +291,13 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		return g.serveAdmitted(w, r, next, t)
 	}
 	if hopped {
-		// The forwarding peer holds the request and may send it to the new leader.
-		w.Header().Set(NotLeaderHeader, g.Election)
+		// The forwarding peer holds the request and may send it to the new leader; it
+		// asks this instance again soon only if it holds the term it was asked under.
+		if forwarded && t.Holds() && t.Token == token {
+			w.Header().Set(NotLeaderHeader, notLeaderTermHeld)
+		} else {
+			w.Header().Set(NotLeaderHeader, g.Election)
+		}
 		return g.reject(w, http.StatusServiceUnavailable, g.errForwarded)
 	}
 	leaderElsewhere := !t.Holds() && g.settled(t) && t.Leader.URL != ""

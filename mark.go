@@ -19,9 +19,9 @@ import (
 //
 //	Caddy-Leader-Forwarded-By: <instance id>; token=<token>; at=<unix ms>; mac=<base64url>
 //
-// A leader admits a marked request during a takeover's drain (the forwarding instance
-// has committed it there), but only under the term it names and never while that term
-// settles or is being released. A mark that does not verify (a client set it, or a peer
+// A leader admits a marked request only under the term it names, once that term has
+// settled, and never while it drains for a handover or is being released: it answers
+// NotLeaderHeader and the forwarding instance sends the request on to the successor. A mark that does not verify (a client set it, or a peer
 // made it for a term this process never held) is removed, and the request is admitted as
 // a plain one would be. Either way, an instance that cannot admit a marked request
 // answers 503 with NotLeaderHeader at once, so that the forwarding instance may send it

@@ -218,8 +218,10 @@ func (g *Guard) forget(c *Conn) {
 }
 
 // Conn is a connection admitted under one term. Its Read and Write check, on every call,
-// that the term still admits (one atomic load and a clock read), so that not a byte more is
-// relayed once a deadline has passed, even before the watcher closes it.
+// that the term still admits (one atomic load and a clock read), so that nothing more is read
+// from or written to this connection once a deadline has passed, even before the watcher
+// closes it. Bytes read before the deadline and still buffered by whoever relays them, and a
+// write to the other side already under way, are beyond its reach (docs/layer4.md).
 type Conn struct {
 	net.Conn
 
