@@ -68,6 +68,7 @@ type Election struct {
 	// other is the newest term held by another instance, and ownPast the newest of this
 	// instance's that ended, for the history (see history.go).
 	other, ownPast lastOther
+	namedPrev      named
 
 	// announced is the lease under which this candidate last announced itself, and
 	// announcedValue what it announced (campaign loop only).

@@ -32,7 +32,8 @@ const (
 type PastTerm struct {
 	// Token is the term's fencing token.
 	Token int64 `json:"token"`
-	// Leader is the instance id of the term's leader.
+	// Leader is the instance id of the term's leader; empty when the successor never saw
+	// the term (the store named it, as after every instance of a fleet was restarted).
 	Leader string `json:"leader"`
 	// URL is the leader's advertise URL.
 	URL string `json:"url,omitempty"`
@@ -46,6 +47,15 @@ type PastTerm struct {
 	Successor string `json:"successor"`
 	// SuccessorToken is the fencing token of the next term.
 	SuccessorToken int64 `json:"successor_token"`
+}
+
+// named is the term the store named as the one before this instance's newest term
+// (Observation.Prev), and whether it acknowledged its end: a term this process never saw
+// (every instance was restarted since, say) is still recorded, under an unknown leader.
+type named struct {
+	token    int64
+	released bool
+	at       time.Time
 }
 
 // lastOther is the newest term held by another instance that this instance saw, for the
@@ -84,18 +94,26 @@ func (e *Election) noteHistoryLocked(old, t *Term) {
 	if e.ownPast.token > prev.token {
 		prev = e.ownPast // the newest term before this one was this instance's own
 	}
+	// A term waited out rather than acknowledged ended at its deadline, whoever held it;
+	// only an own term that this process saw end can have ended otherwise without a word.
+	ended := EndedHandedOver
+	if t.Reason != "elected" && prev != e.ownPast {
+		ended = EndedDeadlinePassed
+	}
+	if n := e.namedPrev; n.token > prev.token && n.token < t.Token {
+		prev, ended = lastOther{token: n.token, gone: n.at}, EndedHandedOver
+		if !n.released && t.Reason != "elected" {
+			ended = EndedDeadlinePassed
+		}
+	}
 	if prev.token == 0 || prev.token >= t.Token {
 		return
-	}
-	ended := EndedHandedOver
-	if t.Reason == ReasonPredecessorTimedOut && prev != e.ownPast {
-		ended = EndedDeadlinePassed
 	}
 	past := PastTerm{
 		Token: prev.token, Leader: prev.rec.ID, URL: prev.rec.URL, Start: prev.rec.Since,
 		End: prev.gone, Ended: ended, Successor: e.c.cfg.ID, SuccessorToken: t.Token,
 	}
-	e.other, e.ownPast = lastOther{}, lastOther{}
+	e.other, e.ownPast, e.namedPrev = lastOther{}, lastOther{}, named{}
 	e.c.appends.Add(1)
 	go e.appendHistory(past)
 }

@@ -80,6 +80,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		// saw at all, or that rides out a failsafe beyond the store's reach.
 		p := e.proofLocked(h.Token, o, e.c.now(), e.waitTTL(l))
 		e.own = ownTerm{token: h.Token, proof: p, lastSeen: true}
+		e.namedPrev = named{token: o.Prev, released: o.PrevReleased, at: e.c.now()}
 		if _, failsafe := p.owes(); failsafe && p.fenceAs == h.Token {
 			go e.proveNoFailsafe(p) // a fresh proof; an inherited one is looked for already
 		}

@@ -168,3 +168,30 @@ func TestHistoryRecordsATermNobodyElseFollowed(t *testing.T) {
 		return err == nil && len(h) == 1 && h[0].Token == token && h[0].Leader == m.ID && h[0].Ended == elector.EndedHandedOver
 	})
 }
+
+// TestHistoryRecordsATermBeforeAFleetRestart: every instance stops (each hands over
+// cleanly) and a new fleet starts on the same store. The first new leader never saw the last
+// term, but the store names it: the history records it, as handed over, under an unknown
+// leader, rather than losing it.
+func TestHistoryRecordsATermBeforeAFleetRestart(t *testing.T) {
+	f, s := fakeFleet(t, 2)
+	keepTime(t, s)
+	leader, token := f.Leader(within)
+	// The follower first, so that nobody takes over from the leader.
+	for _, m := range []*electortest.Member{aPeer(f, leader), leader} {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		m.Candidate.Release(m.Election)
+		_ = m.Candidate.Close(ctx)
+		cancel()
+	}
+	next := startMember(t, s, "restarted")
+	f.Await("the restarted instance leading", within, func() bool { return next.Leading() })
+	f.Await("the last term before the restart in the history", within, func() bool {
+		h, err := next.Election.History(context.Background())
+		if err != nil || len(h) == 0 {
+			return false
+		}
+		last := h[len(h)-1]
+		return last.Token == token && last.Ended == elector.EndedHandedOver && last.Successor == "restarted"
+	})
+}
