@@ -196,6 +196,11 @@ func (g *Gate) Handle(cx *layer4.Connection, next layer4.Handler) error {
 	}
 	setPlaceholders(repl, t, false, addr)
 	repl.Set(phDial, addr)
+	// Handed to the leader of t, and cut when this instance sees t end: a client of a
+	// leader that froze or was cut off reconnects and reaches the successor.
+	fc := g.guard.Follow(cx.Conn, t, termconn.Options{Kind: "layer4"})
+	defer fc.Done()
+	cx.Conn = fc
 	return next.Handle(cx)
 }
 

@@ -106,20 +106,31 @@ func (g *Guard) Admit(conn net.Conn, opt Options) (*Conn, *elector.Term) {
 	if !ok {
 		return nil, t
 	}
-	return g.track(conn, t, opt), t
+	return g.track(conn, t, opt, false), t
+}
+
+// Follow tracks conn, which this instance, a follower, hands to the leader of term t (the
+// layer-4 gate's follower proxy): it is cut as soon as this instance sees that term end
+// (another term, no leader known, or the leader handing over), so that the clients of a
+// leader that froze or was cut off reconnect and reach its successor rather than stay
+// attached to it. It counts as nothing in flight.
+func (g *Guard) Follow(conn net.Conn, t *elector.Term, opt Options) *Conn {
+	c := g.track(conn, t, opt, true)
+	c.exited.Store(true)
+	return c
 }
 
 // Track tracks conn, already admitted under term t by Election.Enter (the caller's request
 // holds the in-flight count, so Done does not end it). For an HTTP connection hijacked
 // from a request admitted by the gate.
 func (g *Guard) Track(conn net.Conn, t *elector.Term, opt Options) *Conn {
-	c := g.track(conn, t, opt)
+	c := g.track(conn, t, opt, false)
 	c.exited.Store(true) // the request's own Exit ends the count
 	return c
 }
 
-func (g *Guard) track(conn net.Conn, t *elector.Term, opt Options) *Conn {
-	c := &Conn{Conn: conn, g: g, term: t, drain: opt.Drain, kind: opt.Kind}
+func (g *Guard) track(conn net.Conn, t *elector.Term, opt Options, follower bool) *Conn {
+	c := &Conn{Conn: conn, g: g, term: t, drain: opt.Drain, kind: opt.Kind, follower: follower}
 	gauge := metrics.open.WithLabelValues(t.Election, opt.Kind, termLabel(t.Token))
 	gauge.Inc()
 	c.gauge = gauge
@@ -227,7 +238,10 @@ type Conn struct {
 
 	g     *Guard
 	term  *elector.Term // the snapshot that admitted it (leading, not draining)
-	drain time.Duration
+	// follower is set on a connection this instance hands to another instance's term
+	// (see Guard.Follow) rather than one it admitted itself.
+	follower bool
+	drain    time.Duration
 	kind  string
 	gauge interface{ Dec() }
 
@@ -253,6 +267,13 @@ func (c *Conn) Cut() bool { return c.isCut.Load() }
 func (c *Conn) admits(now time.Time) (string, bool) {
 	if c.isCut.Load() {
 		return "", false
+	}
+	if c.follower {
+		cur := c.g.e.Term()
+		if cur.Token != c.term.Token || cur.Holds() || !cur.LeaderKnown() || cur.Leader.HandingOver {
+			return ReasonEnded, false
+		}
+		return "", true
 	}
 	// The admitting snapshot shares its lease and heartbeat deadlines with every later
 	// snapshot of the same term, so this reads the term's deadlines as they are now.
@@ -284,6 +305,9 @@ func (c *Conn) admits(now time.Time) (string, bool) {
 // wakeIn is how long from now the connection's admission may end without the election
 // changing: at the term's deadline or the end of its drain.
 func (c *Conn) wakeIn(now time.Time) time.Duration {
+	if c.follower {
+		return time.Hour // only a change of the election ends it
+	}
 	d := c.term.Remaining(now)
 	if until := c.drainUntil.Load(); until != 0 {
 		d = min(d, time.Duration(until-int64(now.Sub(base))))

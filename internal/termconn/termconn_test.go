@@ -151,6 +151,26 @@ func TestGuard(t *testing.T) {
 		}
 	})
 
+	t.Run("a_follower_cuts_what_it_handed_to_a_term_that_ended", func(t *testing.T) {
+		leader, follower := pair(t, endpoints, "followed")
+		server, peer := net.Pipe()
+		t.Cleanup(func() { server.Close(); peer.Close() })
+		term := follower.e.Term()
+		if term.Holds() || term.Token != leader.e.Term().Token {
+			t.Fatalf("the follower does not follow the leader's term: %+v", term)
+		}
+		c := For(follower.e).Follow(server, term, Options{Kind: "test"})
+		defer c.Done()
+		go func() { _, _ = peer.Write([]byte("x")) }()
+		if _, err := c.Read(make([]byte, 1)); err != nil {
+			t.Fatalf("no byte through the handed connection while its term lasts: %v", err)
+		}
+		if err := leader.e.Resign(context.Background(), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		waitCut(t, c, peer)
+	})
+
 	t.Run("key_deleted_cuts", func(t *testing.T) {
 		leader, _ := pair(t, endpoints, "deleted")
 		c, peer := admitPipe(t, leader, Options{Kind: "test"})
