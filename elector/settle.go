@@ -148,7 +148,9 @@ type ownTerm struct {
 // revoked from expired. It returns when the term ends unsettled: whatever comes next
 // carries p on.
 func (e *Election) settle(token int64, p *proof) {
-	retry := newBackoff(10*time.Millisecond, 250*time.Millisecond)
+	// Asked again at most every 100 ms: an acknowledgement that lands late (the old leader
+	// heard of its end late) starts this term within that, not at the deadline.
+	retry := newBackoff(10*time.Millisecond, 100*time.Millisecond)
 	for {
 		heartbeat, _ := p.owes()
 		var err error

@@ -240,6 +240,31 @@ type Client struct {
 	closed bool
 	down   error
 	fail   map[string]opFailure // method name -> how its calls fail
+	delay  time.Duration        // added before every request and every watch event
+}
+
+// SetDelay makes every request of this client, and every change its watches report, reach
+// it d late: a candidate behind a slow link, which hears of a change after the others.
+func (c *Client) SetDelay(d time.Duration) {
+	c.mu.Lock()
+	c.delay = d
+	c.mu.Unlock()
+}
+
+// lag sleeps for the client's delay, or until ctx ends.
+func (c *Client) lag(ctx context.Context) {
+	c.mu.Lock()
+	d := c.delay
+	c.mu.Unlock()
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // opFailure makes the next n calls of one method fail with err (every call while n < 0).
@@ -304,6 +329,7 @@ func (c *Client) SetDown(err error) {
 var ErrClosed = errors.New("electortest: client closed")
 
 func (c *Client) lock(ctx context.Context) error {
+	c.lag(ctx)
 	c.mu.Lock()
 	closed, down := c.closed, c.down
 	c.mu.Unlock()
@@ -407,6 +433,9 @@ func (c *Client) Watch(ctx context.Context, election string, afterRev int64) <-c
 			}
 			wake := c.s.changed
 			c.s.mu.Unlock()
+			if len(pending) > 0 {
+				c.lag(ctx) // the changes travel together, each as late as the link
+			}
 			for _, o := range pending {
 				select {
 				case out <- o:

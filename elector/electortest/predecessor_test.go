@@ -195,3 +195,23 @@ func TestHistoryRecordsATermBeforeAFleetRestart(t *testing.T) {
 		return last.Token == token && last.Ended == elector.EndedHandedOver && last.Successor == "restarted"
 	})
 }
+
+// TestSuccessorStartsWhenTheLateProofLands: an operator deletes the key of a leader that
+// hears of it late (its link to the store is slow). The leader stops and acknowledges as
+// soon as it hears; the successor waiting for it starts the moment that acknowledgement
+// lands, not at the leader's heartbeat deadline.
+func TestSuccessorStartsWhenTheLateProofLands(t *testing.T) {
+	f, s := fakeFleet(t, 3)
+	keepTime(t, s)
+	leader, token := f.Leader(within)
+	const late = 300 * time.Millisecond
+	client(f, leader).SetDelay(late)
+	time.Sleep(ttl / 2) // a heartbeat or two through the slow link
+	deleted := time.Now()
+	s.Delete("main")
+	next, _, _ := f.NewLeader(leader, token, within)
+	t.Logf("%s led %s after the delete (the old leader hears %s late)", next.ID, time.Since(deleted).Round(time.Millisecond), late)
+	if why := next.Election.Term().Reason; why != "elected" {
+		t.Fatalf("the successor began because %q: it waited out the heartbeat deadline rather than take the acknowledgement", why)
+	}
+}
