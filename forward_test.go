@@ -113,16 +113,22 @@ func TestForwardAsksAgainWhileTheLeaderSettles(t *testing.T) {
 	cases := []struct {
 		name     string
 		refusals int // answers with NotLeaderHeader before the leader admits
-		hold     time.Duration
+		// notHeld refuses as an instance that does not hold the term at all (a process
+		// started again at the leader's address), rather than as a settling leader.
+		notHeld bool
+		hold    time.Duration
 		// What the client gets, and how many tries the leader saw at least and at most.
 		wantStatus         int
 		minTries, maxTries int32
 	}{
 		// Six refusals: more than a fixed try budget would allow, well within Hold.
-		{"served_once_the_leader_admits", 6, 5 * time.Second, http.StatusOK, 7, 7},
+		{"served_once_the_leader_admits", 6, false, 5 * time.Second, http.StatusOK, 7, 7},
 		// Paced: the pauses (5, 10, 20, 40, 80, 100ms...) fit about 7 tries into 300ms,
 		// and a slow machine fits fewer; a tight loop would make thousands.
-		{"503_when_hold_runs_out", always, 300 * time.Millisecond, http.StatusServiceUnavailable, 2, 8},
+		{"503_when_hold_runs_out", always, false, 300 * time.Millisecond, http.StatusServiceUnavailable, 2, 8},
+		// An instance that does not hold the term is asked once: nothing but a change of
+		// the election is worth another try, and none comes within hold.
+		{"asked_once_when_the_term_is_not_held_there", always, true, 300 * time.Millisecond, http.StatusServiceUnavailable, 1, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,7 +140,10 @@ func TestForwardAsksAgainWhileTheLeaderSettles(t *testing.T) {
 				forwardedBy.Store(r.Header.Get(ForwardedByHeader))
 				body, _ := io.ReadAll(r.Body)
 				if tc.refusals == always || int(n) <= tc.refusals {
-					w.Header().Set(NotLeaderHeader, election)
+					w.Header().Set(NotLeaderHeader, notLeaderTermHeld)
+					if tc.notHeld {
+						w.Header().Set(NotLeaderHeader, election)
+					}
 					w.WriteHeader(http.StatusServiceUnavailable)
 					return
 				}
