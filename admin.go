@@ -172,6 +172,16 @@ func statusOf(e *elector.Election, now time.Time) ElectionStatus {
 	}
 }
 
+// RunningElections returns the elections that the candidacies of this process take part in,
+// by name. It reads in-process state only; the status page lists them.
+func RunningElections() map[string]*elector.Election { return runningElections() }
+
+// Status is election e as GET /leader/ reports it at now. It reads the store's registry of
+// candidates: one request, bounded by ctx and the election's request timeout.
+func Status(ctx context.Context, e *elector.Election, now time.Time) ElectionStatus {
+	return withCandidates(ctx, statusOf(e, now), e)
+}
+
 // runningElections are the elections of every candidacy of this process, by name.
 func runningElections() map[string]*elector.Election {
 	found := make(map[string]*elector.Election)
@@ -216,7 +226,7 @@ func listElections(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now()
 	list := []ElectionStatus{}
 	for _, e := range runningElections() {
-		list = append(list, withCandidates(r.Context(), statusOf(e, now), e))
+		list = append(list, Status(r.Context(), e, now))
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Election < list[j].Election })
 	w.Header().Set("Content-Type", "application/json")

@@ -1,0 +1,82 @@
+package statuspage
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	caddyleader "github.com/caddyleader/caddy-leader"
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// Snapshot is what the page shows: the elections this instance takes part in, as it sees
+// them at one moment. `?format=json` serves it as is.
+type Snapshot struct {
+	// At is when the snapshot was taken, by this instance's clock.
+	At time.Time `json:"at"`
+	// Elections are sorted by name.
+	Elections []Election `json:"elections"`
+}
+
+// Election is one election of a Snapshot: GET /leader/'s report of it, its history and
+// whether this instance reaches the store.
+type Election struct {
+	caddyleader.ElectionStatus
+	// History is the election's ended terms, oldest first, as the store keeps them.
+	History []elector.PastTerm `json:"history"`
+	// HistoryError says why the history could not be read; History is then empty.
+	HistoryError string `json:"history_error,omitempty"`
+	// StoreProblem says why this instance looks cut off from the store; empty while the
+	// store answers and confirms its lease.
+	StoreProblem string `json:"store_problem,omitempty"`
+}
+
+// take reads the elections named in only (every one when only is empty). Each election
+// costs two store requests (the registry of candidates and the history), each bounded by
+// ctx and the election's request timeout, so a store that does not answer delays the
+// snapshot by those timeouts and no more.
+func take(ctx context.Context, only []string, now time.Time) Snapshot {
+	running := caddyleader.RunningElections()
+	names := make([]string, 0, len(running))
+	for name := range running {
+		if len(only) == 0 || slices.Contains(only, name) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	snap := Snapshot{At: now, Elections: make([]Election, 0, len(names))}
+	for _, name := range names {
+		e := running[name]
+		el := Election{ElectionStatus: caddyleader.Status(ctx, e, now), History: []elector.PastTerm{}}
+		if terms, err := e.History(ctx); err != nil {
+			el.HistoryError = err.Error()
+		} else {
+			el.History = terms
+		}
+		el.StoreProblem = storeProblem(el, now)
+		snap.Elections = append(snap.Elections, el)
+	}
+	return snap
+}
+
+// storeProblem says why election el looks cut off from the store, or "". A failed read is
+// the plainest sign; a lease that has run out, or a leader on failsafe, says the same
+// before any read has timed out.
+func storeProblem(el Election, now time.Time) string {
+	switch {
+	case el.Failsafe != nil && el.Failsafe.Active:
+		return "the store is unreachable: this instance leads on through failsafe while its peers confirm it (cause: " + el.Failsafe.Cause + ")"
+	case el.CandidatesError != "":
+		return "cannot reach the store: reading the candidates failed: " + el.CandidatesError
+	case el.HistoryError != "":
+		return "cannot reach the store: reading the history failed: " + el.HistoryError
+	case el.LastContact.IsZero():
+		return "the store has not confirmed this instance's lease yet"
+	case el.LeaseRemaining <= 0:
+		return fmt.Sprintf("cannot reach the store: it last confirmed this instance's lease %s ago, and the lease has run out",
+			now.Sub(el.LastContact).Round(100*time.Millisecond))
+	}
+	return ""
+}
