@@ -91,7 +91,9 @@ func TestStoreProblem(t *testing.T) {
 		{"history_read_failed", with(func(e *Election) { e.HistoryError = "connection refused" }), "reading the history failed"},
 		{"lease_ran_out", with(func(e *Election) { e.LeaseRemaining = 0; e.LastContact = now.Add(-4 * time.Second) }), "4s ago"},
 		{"never_confirmed", with(func(e *Election) { e.LastContact = time.Time{} }), "not confirmed"},
-		{"failsafe", with(func(e *Election) { e.Failsafe = &elector.FailsafeStatus{Enabled: true, Active: true, Cause: "lease lost"} }), "through failsafe"},
+		{"failsafe", with(func(e *Election) {
+			e.Failsafe = &elector.FailsafeStatus{Enabled: true, Active: true, Cause: "lease lost"}
+		}), "through failsafe"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := storeProblem(c.el, now)
