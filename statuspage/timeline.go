@@ -62,8 +62,9 @@ type gapBar struct {
 
 // tick is a time on the axis.
 type tick struct {
-	X     float64
-	Label string
+	X      float64
+	Label  string
+	Anchor string // the label's text-anchor: the first starts at its tick, the last ends there
 }
 
 // span is one term as the timeline sees it, recorded or current.
@@ -169,7 +170,14 @@ func newTimeline(history []elector.PastTerm, current elector.PastTerm, now time.
 	const ticks = 5
 	for i := 0; i <= ticks; i++ {
 		t := from.Add(total * time.Duration(i) / ticks)
-		tl.Ticks = append(tl.Ticks, tick{X: x(t), Label: t.UTC().Format("15:04:05")})
+		anchor := "middle"
+		switch i {
+		case 0:
+			anchor = "start"
+		case ticks:
+			anchor = "end"
+		}
+		tl.Ticks = append(tl.Ticks, tick{X: x(t), Label: t.UTC().Format("15:04:05"), Anchor: anchor})
 	}
 	return tl
 }
