@@ -71,7 +71,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("admin_link: %q is not an absolute URL", h.AdminLink)
 		}
 	}
-	h.page = &page{title: h.Title, only: h.Elections, adminLink: h.AdminLink, done: ctx.Done()}
+	app, err := ctx.AppIfConfigured("leader")
+	if err != nil {
+		return fmt.Errorf("the status page shows the leader app's elections, and the config has none (the leader global option): %v", err)
+	}
+	src, ok := app.(electionSource)
+	if !ok {
+		return fmt.Errorf("the leader app is a %T, which does not list its elections", app)
+	}
+	h.page = &page{title: h.Title, source: func() electionSource { return src }, only: h.Elections, adminLink: h.AdminLink, done: ctx.Done()}
 	return nil
 }
 

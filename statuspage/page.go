@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	caddyleader "github.com/caddyleader/caddy-leader"
+	"github.com/caddyleader/caddy-leader/electionstatus"
 	"github.com/caddyleader/caddy-leader/elector"
 )
 
@@ -62,6 +62,9 @@ type page struct {
 	title string
 	// admin adds the resign and transfer buttons, which post to the admin API.
 	admin bool
+	// source gives the elections of this process: the leader app. A nil source or one
+	// that returns nil shows none.
+	source func() electionSource
 	// only limits the page to these elections; empty shows every one.
 	only []string
 	// adminLink is the URL of the admin API's page, linked from this one; empty for none.
@@ -78,10 +81,10 @@ func (p *page) serve(w http.ResponseWriter, r *http.Request) error {
 	case q.Get("format") == "json":
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		return json.NewEncoder(w).Encode(take(r.Context(), p.only, time.Now()))
+		return json.NewEncoder(w).Encode(take(r.Context(), p.source(), p.only, time.Now()))
 	}
 	var buf bytes.Buffer
-	if err := pageTemplate.ExecuteTemplate(&buf, "page", p.view(take(r.Context(), p.only, time.Now()))); err != nil {
+	if err := pageTemplate.ExecuteTemplate(&buf, "page", p.view(take(r.Context(), p.source(), p.only, time.Now()))); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -116,10 +119,11 @@ func (p *page) stream(w http.ResponseWriter, r *http.Request) error {
 	var sent time.Time
 	for {
 		now := time.Now()
-		if state := p.localState(now); state != seen || now.Sub(sent) >= refreshInterval {
+		src := p.source()
+		if state := p.localState(src, now); state != seen || now.Sub(sent) >= refreshInterval {
 			seen, sent = state, now
 			var buf bytes.Buffer
-			if err := pageTemplate.ExecuteTemplate(&buf, "live", p.view(take(ctx, p.only, now))); err != nil {
+			if err := pageTemplate.ExecuteTemplate(&buf, "live", p.view(take(ctx, src, p.only, now))); err != nil {
 				return err
 			}
 			if err := writeEvent(w, "update", buf.Bytes()); err != nil || rc.Flush() != nil {
@@ -152,9 +156,12 @@ func writeEvent(w http.ResponseWriter, name string, data []byte) error {
 
 // localState sums up what this instance knows of its elections without asking the store:
 // when it changes, the page is due for a new snapshot.
-func (p *page) localState(now time.Time) string {
+func (p *page) localState(src electionSource, now time.Time) string {
+	if src == nil {
+		return ""
+	}
 	var b strings.Builder
-	for name, e := range caddyleader.RunningElections() {
+	for name, e := range src.RunningElections() {
 		if len(p.only) > 0 && !slices.Contains(p.only, name) {
 			continue
 		}
@@ -181,6 +188,8 @@ type view struct {
 
 type electionView struct {
 	Election
+	// Name is the election's name.
+	Name string
 	// LedFor is how long the current term has lasted.
 	LedFor string
 	// ContactAgo is how long ago the store last confirmed this instance's lease.
@@ -192,7 +201,7 @@ type electionView struct {
 }
 
 type candidateView struct {
-	caddyleader.CandidateStatus
+	electionstatus.Candidate
 	Role    string
 	HoldOff string
 	Self    bool
@@ -207,7 +216,7 @@ func (p *page) view(s Snapshot) view {
 	v := view{Title: p.title, Admin: p.admin, AdminLink: p.adminLink, At: s.At.UTC().Format("2006-01-02 15:04:05 UTC"), Refresh: noScriptRefresh}
 	for _, el := range s.Elections {
 		v.Self = el.Self
-		ev := electionView{Election: el}
+		ev := electionView{Election: el, Name: el.Election.Election}
 		if el.LeaderID != "" && !el.TermStart.IsZero() {
 			ev.LedFor = roundDuration(s.At.Sub(el.TermStart)).String()
 		}
@@ -215,7 +224,7 @@ func (p *page) view(s Snapshot) view {
 			ev.ContactAgo = roundDuration(s.At.Sub(el.LastContact)).String()
 		}
 		for _, c := range el.Candidates {
-			cv := candidateView{CandidateStatus: c, Role: "follower", Self: c.ID == el.Self}
+			cv := candidateView{Candidate: c, Role: "follower", Self: c.ID == el.Self}
 			switch {
 			case c.ID == el.LeaderID:
 				cv.Role = "leader"

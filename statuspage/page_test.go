@@ -7,17 +7,17 @@ import (
 	"testing"
 	"time"
 
-	caddyleader "github.com/caddyleader/caddy-leader"
+	"github.com/caddyleader/caddy-leader/electionstatus"
 	"github.com/caddyleader/caddy-leader/elector"
 )
 
 // snapshotOf is a snapshot of one election "main" seen by c1, led by c0.
 func snapshotOf(at time.Time, problem string) Snapshot {
 	return Snapshot{At: at, Elections: []Election{{
-		ElectionStatus: caddyleader.ElectionStatus{
+		Election: electionstatus.Election{
 			Election: "main", Self: "c1", Role: "follower", LeaderID: "c0", LeaderURL: "http://127.0.0.1:8001", Token: 7,
 			TermStart: at.Add(-90 * time.Second), LeaseRemaining: 1.5, LastContact: at.Add(-time.Second), Healthy: true, Priority: 1,
-			Candidates: []caddyleader.CandidateStatus{
+			Candidates: []electionstatus.Candidate{
 				{ID: "c0", URL: "http://127.0.0.1:8001", Healthy: true, Priority: 1},
 				{ID: "c1", URL: "http://127.0.0.1:8002", Healthy: true, Priority: 1, HoldOffUntil: at.Add(5 * time.Second)},
 				{ID: "c2", URL: "http://127.0.0.1:8003", Healthy: true},
@@ -79,7 +79,7 @@ func TestPageRenders(t *testing.T) {
 
 func TestStoreProblem(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	ok := Election{ElectionStatus: caddyleader.ElectionStatus{LastContact: now.Add(-time.Second), LeaseRemaining: 1}}
+	ok := Election{Election: electionstatus.Election{LastContact: now.Add(-time.Second), LeaseRemaining: 1}}
 	with := func(change func(*Election)) Election { e := ok; change(&e); return e }
 	for _, c := range []struct {
 		name string

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	caddyleader "github.com/caddyleader/caddy-leader"
+	"github.com/caddyleader/caddy-leader/electionstatus"
 	"github.com/caddyleader/caddy-leader/elector"
 )
 
@@ -23,7 +23,7 @@ type Snapshot struct {
 // Election is one election of a Snapshot: GET /leader/'s report of it, its history and
 // whether this instance reaches the store.
 type Election struct {
-	caddyleader.ElectionStatus
+	electionstatus.Election
 	// History is the election's ended terms, oldest first, as the store keeps them.
 	History []elector.PastTerm `json:"history"`
 	// HistoryError says why the history could not be read; History is then empty.
@@ -33,12 +33,21 @@ type Election struct {
 	StoreProblem string `json:"store_problem,omitempty"`
 }
 
-// take reads the elections named in only (every one when only is empty). Each election
+// electionSource is what the page needs of the leader app (caddyleader.App): the elections
+// of this process.
+type electionSource interface {
+	RunningElections() map[string]*elector.Election
+}
+
+// take reads the elections of src named in only (every one when only is empty). Each election
 // costs two store requests (the registry of candidates and the history), each bounded by
 // ctx and the election's request timeout, so a store that does not answer delays the
 // snapshot by those timeouts and no more.
-func take(ctx context.Context, only []string, now time.Time) Snapshot {
-	running := caddyleader.RunningElections()
+func take(ctx context.Context, src electionSource, only []string, now time.Time) Snapshot {
+	var running map[string]*elector.Election
+	if src != nil {
+		running = src.RunningElections()
+	}
 	names := make([]string, 0, len(running))
 	for name := range running {
 		if len(only) == 0 || slices.Contains(only, name) {
@@ -49,7 +58,7 @@ func take(ctx context.Context, only []string, now time.Time) Snapshot {
 	snap := Snapshot{At: now, Elections: make([]Election, 0, len(names))}
 	for _, name := range names {
 		e := running[name]
-		el := Election{ElectionStatus: caddyleader.Status(ctx, e, now), History: []elector.PastTerm{}}
+		el := Election{Election: electionstatus.Of(ctx, e, now), History: []elector.PastTerm{}}
 		if terms, err := e.History(ctx); err != nil {
 			el.HistoryError = err.Error()
 		} else {
