@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddyleader/caddy-leader/internal/goldentest"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {
@@ -39,4 +41,10 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCaddyfileAdapt runs the golden adapt tests in testdata/caddyfile_adapt: the JSON each
+// Caddyfile adapts to, or the error it must fail with.
+func TestCaddyfileAdapt(t *testing.T) {
+	goldentest.RunDir(t, "testdata/caddyfile_adapt")
 }
