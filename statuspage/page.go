@@ -140,13 +140,15 @@ func (p *page) stream(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// writeEvent writes one Server-Sent Event; every line of data goes on a data: line.
+// writeEvent writes one Server-Sent Event; every line of data goes on a data: line. A
+// carriage return would end a line of the stream too, so none is sent (in HTML it is only
+// white space).
 func writeEvent(w http.ResponseWriter, name string, data []byte) error {
 	var b bytes.Buffer
 	b.WriteString("event: " + name + "\n")
-	for line := range bytes.Lines(data) {
+	for line := range bytes.Lines(bytes.ReplaceAll(data, []byte("\r"), nil)) {
 		b.WriteString("data: ")
-		b.Write(bytes.TrimRight(line, "\r\n"))
+		b.Write(bytes.TrimSuffix(line, []byte("\n")))
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')

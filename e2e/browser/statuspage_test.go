@@ -3,6 +3,7 @@
 package browser
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -75,6 +76,40 @@ func waitText(t *testing.T, tab context.Context, sel string, ok func(string) boo
 	}
 }
 
+// firstEventSize reads the event stream at url up to its first update and returns the
+// size of that event.
+func firstEventSize(t *testing.T, url string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), showTimeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("%s: Content-Type %q", url, ct)
+	}
+	r := bufio.NewReader(resp.Body)
+	size, inUpdate := 0, false
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		if line == "event: update\n" {
+			inUpdate = true
+		}
+		if inUpdate {
+			size += len(line)
+			if line == "\n" {
+				return size
+			}
+		}
+	}
+}
+
 // seenBy polls in's /whoami until its leader is not from (or is to, when set) and returns
 // when it first saw that, and the leader and token it saw.
 func seenBy(t *testing.T, in *fleet.Instance, change func(fleet.Whoami) bool, within time.Duration) (time.Time, fleet.Whoami) {
@@ -114,6 +149,7 @@ func TestStatusPage(t *testing.T) {
 		t.Fatalf("GET %s: %d, the leader %s not on it:\n%s", pageURL, resp.StatusCode, leader.ID, body)
 	}
 	t.Logf("MEASURED page load: %d bytes in one response (HTML with inline style and script, 3 candidates, %s)", len(body), resp.Header.Get("Content-Type"))
+	t.Logf("MEASURED one live update: %d bytes (an event of the stream)", firstEventSize(t, pageURL+"?events"))
 
 	t.Run("without_javascript_the_page_is_plain_tables_and_the_timeline", func(t *testing.T) {
 		tab := newTab(t, ctx)
