@@ -162,19 +162,19 @@ func (p *page) localState(src electionSource, now time.Time) string {
 	if src == nil {
 		return ""
 	}
-	var b strings.Builder
+	var lines []string // in name order, so that the same state reads the same
 	for name, e := range src.RunningElections() {
 		if len(p.only) > 0 && !slices.Contains(p.only, name) {
 			continue
 		}
 		t := e.Term()
 		holdOff, leaving := e.HoldOff()
-		b.WriteString(name + "\x00" + t.Leader.ID + "\x00" + t.Reason)
-		b.WriteString(strings.Join([]string{"", strconv.FormatInt(t.Token, 10), boolText(t.Leading(now)), boolText(t.Holds()), boolText(holdOff > 0),
-			boolText(leaving), boolText(e.Healthy()), boolText(e.Failsafe().Active), boolText(e.Candidate().LeaseRemaining() > 0)}, "\x00"))
-		b.WriteByte('\n')
+		lines = append(lines, strings.Join([]string{name, t.Leader.ID, t.Reason, strconv.FormatInt(t.Token, 10),
+			boolText(t.Leading(now)), boolText(t.Holds()), boolText(holdOff > 0), boolText(leaving), boolText(e.Healthy()),
+			boolText(e.Failsafe().Active), boolText(e.Candidate().LeaseRemaining() > 0)}, "\x00"))
 	}
-	return b.String()
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }
 
 // view is what the template draws.
