@@ -168,7 +168,10 @@ func TestDashboardQueries(t *testing.T) {
 	for i, port := range freeport.MustPick(t, 3) {
 		failsafe[fmt.Sprintf("c%d", i)] = port
 	}
-	f := startPageFleet(t, 3, fleet.Config{Backend: startUpgradeBackend(t), Hold: "5s", FailsafePorts: failsafe})
+	// A ttl of 5s leaves a leader cut off from etcd time to start its failsafe before its
+	// heartbeat deadline passes, even under the race detector on a busy machine (at the
+	// default 2s a failed heartbeat can be noticed too late for the failsafe to hold).
+	f := startPageFleet(t, 3, fleet.Config{TTL: "5s", Backend: startUpgradeBackend(t), Hold: "5s", FailsafePorts: failsafe})
 	prom := startPrometheus(t, promBin, f.instances)
 	scraped := time.Now()
 	leader, _ := fleet.WaitStableLeader(t, f.instances, electTimeout)
