@@ -30,7 +30,7 @@ func (AdminPage) CaddyModule() caddy.ModuleInfo {
 
 // adminPage lives as long as the process: admin modules are never cleaned up, so it finds
 // the leader app of whichever config runs when it is asked.
-var adminPage = &page{title: defaultTitle + " (admin)", admin: true, source: func() electionSource {
+var adminPage = &page{title: defaultTitle + " (admin)", admin: true, kept: new(keptHistory), source: func() electionSource {
 	app, err := caddy.ActiveContext().AppIfConfigured("leader")
 	if err != nil {
 		return nil

@@ -79,7 +79,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if !ok {
 		return fmt.Errorf("the leader app is a %T, which does not list its elections", app)
 	}
-	h.page = &page{title: h.Title, source: func() electionSource { return src }, only: h.Elections, adminLink: h.AdminLink, done: ctx.Done()}
+	h.page = &page{title: h.Title, source: func() electionSource { return src }, only: h.Elections, adminLink: h.AdminLink, done: ctx.Done(), kept: new(keptHistory)}
 	return nil
 }
 

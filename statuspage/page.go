@@ -71,6 +71,8 @@ type page struct {
 	adminLink string
 	// done ends the event streams: the handler's configuration was unloaded.
 	done <-chan struct{}
+	// kept is the history last read, shown while the store does not answer.
+	kept *keptHistory
 }
 
 func (p *page) serve(w http.ResponseWriter, r *http.Request) error {
@@ -81,10 +83,10 @@ func (p *page) serve(w http.ResponseWriter, r *http.Request) error {
 	case q.Get("format") == "json":
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		return json.NewEncoder(w).Encode(take(r.Context(), p.source(), p.only, time.Now()))
+		return json.NewEncoder(w).Encode(take(r.Context(), p.source(), p.only, p.kept))
 	}
 	var buf bytes.Buffer
-	if err := pageTemplate.ExecuteTemplate(&buf, "page", p.view(take(r.Context(), p.source(), p.only, time.Now()))); err != nil {
+	if err := pageTemplate.ExecuteTemplate(&buf, "page", p.view(take(r.Context(), p.source(), p.only, p.kept))); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -123,7 +125,7 @@ func (p *page) stream(w http.ResponseWriter, r *http.Request) error {
 		if state := p.localState(src, now); state != seen || now.Sub(sent) >= refreshInterval {
 			seen, sent = state, now
 			var buf bytes.Buffer
-			if err := pageTemplate.ExecuteTemplate(&buf, "live", p.view(take(ctx, src, p.only, now))); err != nil {
+			if err := pageTemplate.ExecuteTemplate(&buf, "live", p.view(take(ctx, src, p.only, p.kept))); err != nil {
 				return err
 			}
 			if err := writeEvent(w, "update", buf.Bytes()); err != nil || rc.Flush() != nil {

@@ -2,6 +2,7 @@ package statuspage
 
 import (
 	"bytes"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -99,6 +100,38 @@ func TestStoreProblem(t *testing.T) {
 			got := storeProblem(c.el, now)
 			if c.want == "" && got != "" || !strings.Contains(got, c.want) {
 				t.Errorf("storeProblem = %q, want one with %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestKeptHistory(t *testing.T) {
+	term := func(token int64) []elector.PastTerm { return []elector.PastTerm{{Token: token}} }
+	var k keptHistory
+	for _, c := range []struct {
+		name     string
+		election string
+		terms    []elector.PastTerm
+		err      error
+		want     int64 // the token of the history shown; 0 for an empty one
+	}{
+		{"failed_read_before_any_shows_nothing", "main", nil, errors.New("timeout"), 0},
+		{"a_read_is_shown", "main", term(7), nil, 7},
+		{"a_failed_read_shows_the_last_one", "main", nil, errors.New("timeout"), 7},
+		{"elections_are_kept_apart", "jobs", nil, errors.New("timeout"), 0},
+		{"a_new_read_replaces_it", "main", term(8), nil, 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := k.remember(c.election, c.terms, c.err)
+			if got == nil {
+				t.Fatal("nil history: the JSON would say null")
+			}
+			var token int64
+			if len(got) > 0 {
+				token = got[0].Token
+			}
+			if token != c.want {
+				t.Errorf("shows the history with token %d, want %d", token, c.want)
 			}
 		})
 	}

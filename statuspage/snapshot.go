@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/caddyleader/caddy-leader/electionstatus"
@@ -26,7 +27,8 @@ type Election struct {
 	electionstatus.Election
 	// History is the election's ended terms, oldest first, as the store keeps them.
 	History []elector.PastTerm `json:"history"`
-	// HistoryError says why the history could not be read; History is then empty.
+	// HistoryError says why the history could not be read; History is then the last one
+	// this page read, if any.
 	HistoryError string `json:"history_error,omitempty"`
 	// StoreProblem says why this instance looks cut off from the store; empty while the
 	// store answers and confirms its lease.
@@ -40,10 +42,12 @@ type electionSource interface {
 }
 
 // take reads the elections of src named in only (every one when only is empty). Each election
-// costs two store requests (the registry of candidates and the history), each bounded by
+// costs two store requests (the history and the registry of candidates), each bounded by
 // ctx and the election's request timeout, so a store that does not answer delays the
-// snapshot by those timeouts and no more.
-func take(ctx context.Context, src electionSource, only []string, now time.Time) Snapshot {
+// snapshot by those timeouts and no more. The history is read first and this instance's own
+// state after it, so that a store that timed out shows in that state too (how long ago the
+// store last confirmed the lease), not only in the errors.
+func take(ctx context.Context, src electionSource, only []string, kept *keptHistory) Snapshot {
 	var running map[string]*elector.Election
 	if src != nil {
 		running = src.RunningElections()
@@ -55,19 +59,49 @@ func take(ctx context.Context, src electionSource, only []string, now time.Time)
 		}
 	}
 	sort.Strings(names)
-	snap := Snapshot{At: now, Elections: make([]Election, 0, len(names))}
+	snap := Snapshot{Elections: make([]Election, 0, len(names))}
 	for _, name := range names {
 		e := running[name]
-		el := Election{Election: electionstatus.Of(ctx, e, now), History: []elector.PastTerm{}}
-		if terms, err := e.History(ctx); err != nil {
+		terms, err := e.History(ctx)
+		el := Election{Election: electionstatus.Of(ctx, e, time.Now()), History: kept.remember(name, terms, err)}
+		if err != nil {
 			el.HistoryError = err.Error()
-		} else {
-			el.History = terms
 		}
-		el.StoreProblem = storeProblem(el, now)
 		snap.Elections = append(snap.Elections, el)
 	}
+	snap.At = time.Now()
+	for i := range snap.Elections {
+		snap.Elections[i].StoreProblem = storeProblem(snap.Elections[i], snap.At)
+	}
 	return snap
+}
+
+// keptHistory is the last history of each election a page read, which it goes on showing
+// while the store does not answer. Its methods are safe for concurrent use.
+type keptHistory struct {
+	mu    sync.Mutex
+	terms map[string][]elector.PastTerm
+}
+
+// remember keeps terms as election name's history unless reading them failed (err), and
+// returns the history to show: terms, or the last one kept (empty if none).
+func (k *keptHistory) remember(name string, terms []elector.PastTerm, err error) []elector.PastTerm {
+	if k == nil { // a page that keeps nothing
+		k = new(keptHistory)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.terms == nil {
+		k.terms = make(map[string][]elector.PastTerm)
+	}
+	if err == nil {
+		k.terms[name] = terms
+		return terms
+	}
+	if last, ok := k.terms[name]; ok {
+		return last
+	}
+	return []elector.PastTerm{}
 }
 
 // storeProblem says why election el looks cut off from the store, or "". A failed read is

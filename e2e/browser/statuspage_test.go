@@ -228,6 +228,10 @@ func TestStatusPage(t *testing.T) {
 	if !strings.Contains(problem, "store") {
 		t.Errorf("the store problem reads %q", problem)
 	}
+	// The history read last goes on showing while the store does not answer.
+	if n := get(t, tab, "counting the ended terms", chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll('g.term-handed-over[data-term="%d"], g.term-deadline[data-term="%d"]').length`, token, killedToken))); n != 2 {
+		t.Errorf("with the store cut off the timeline shows %d of the 2 ended terms", n)
+	}
 	writeScreenshot(t, "status-page-store-cut.png", get(t, tab, "screenshot of the cut-off page", chromedp.FullScreenshot(100)))
 	f.links[watcher.ID].Heal()
 	healed := time.Now()
