@@ -1,5 +1,4 @@
-// Package electionstatus is how an instance reports an election: the JSON of the admin API's
-// GET /leader/, which `caddy leader status` and the status page read.
+// Package electionstatus is an election as an instance reports it: the admin API's GET /leader/, read by `caddy leader status` and the status page.
 package electionstatus
 
 import (

@@ -1,5 +1,4 @@
-// Package statuspage serves a live status page of the leader elections: as the
-// http.handlers.leader_status handler and at the admin API's /leader/status.
+// Package statuspage serves a live status page of the elections: the leader_status handler and the admin API's /leader/status.
 package statuspage
 
 import (

@@ -1,3 +1,2 @@
-// Package browser tests the status page in headless Chromium and the Grafana dashboard's
-// queries against a real Prometheus, both on a real fleet of Caddy processes on etcd.
+// Package browser tests the status page in headless Chromium and the dashboard's queries on a real Prometheus, against real fleets.
 package browser

@@ -1,6 +1,4 @@
-// Package deployq reads the PromQL queries of the Grafana dashboard and the Prometheus rules
-// under deploy/ and lists the metric and label names they use, so that tests hold them to the
-// metrics the plugin exports.
+// Package deployq reads the PromQL of deploy/'s dashboard and rules and lists the metrics and labels it names, for the tests.
 package deployq
 
 import (
