@@ -28,6 +28,8 @@ import (
 // difference between when the test saw the change and when the page showed it.
 const watchScript = `(() => {
   window.shown = {};
+  window.violations = [];
+  document.addEventListener("securitypolicyviolation", e => window.violations.push(e.violatedDirective + " " + e.blockedURI));
   let leader = null, problem = false;
   const note = () => {
     const now = Date.now();
@@ -178,6 +180,11 @@ func TestStatusPage(t *testing.T) {
 	if len(resources) != 0 {
 		t.Errorf("the page loaded %q besides its event stream; it should need nothing", resources)
 	}
+	// The page's Content-Security-Policy admits its own inline style (and script: the page
+	// goes on updating below).
+	if color := get(t, tab, "reading the leader's colour", chromedp.Evaluate[string](`getComputedStyle(document.querySelector("dd.leader b")).color`)); color != "rgb(47, 125, 79)" {
+		t.Errorf("the leader's name is %s, not the style's green: the inline style did not apply", color)
+	}
 	t.Logf("MEASURED page load in Chromium: %.0f bytes transferred (navigation entry); no other request but the event stream", transferred)
 	shownAt(t, tab, "leader:"+leader.ID, time.Time{})
 
@@ -237,4 +244,7 @@ func TestStatusPage(t *testing.T) {
 	healed := time.Now()
 	shown = shownAt(t, tab, "store-healed", healed)
 	t.Logf("MEASURED store back: the problem left the page %v after the link healed", shown.Sub(healed).Round(time.Millisecond))
+	if v := get(t, tab, "reading the policy violations", chromedp.Evaluate[[]string](`window.violations`)); len(v) != 0 {
+		t.Errorf("the page broke its own Content-Security-Policy: %q", v)
+	}
 }
