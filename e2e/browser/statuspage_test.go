@@ -220,6 +220,10 @@ func TestStatusPage(t *testing.T) {
 	t.Logf("MEASURED SIGKILL of %s: %s leads %v after the kill; on the page %v after %s saw it",
 		target.ID, w.Leader, changed.Sub(killedAt).Round(time.Millisecond), shown.Sub(changed).Round(time.Millisecond), watcher.ID)
 	recorded := shownAt(t, tab, "deadline:"+strconv.FormatInt(killedToken, 10), killedAt)
+	// The time nobody led, from the killed term's end to its successor's start, is a band.
+	if gaps := get(t, tab, "counting the leaderless gaps", chromedp.Evaluate[int](`document.querySelectorAll("svg.timeline rect.gap").length`)); gaps < 1 {
+		t.Errorf("the timeline shows no time without a leader after a SIGKILL of the leader")
+	}
 	t.Logf("MEASURED the killed term %d shows as ended by its deadline %v after the new leader did", killedToken, recorded.Sub(shown).Round(time.Millisecond))
 
 	writeScreenshot(t, "status-page.png", get(t, tab, "screenshot of the page", chromedp.FullScreenshot(100)))
