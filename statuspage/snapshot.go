@@ -43,8 +43,8 @@ type electionSource interface {
 
 // take reads the elections of src named in only (every one when only is empty). Each election
 // costs two store requests (the history and the registry of candidates), each bounded by
-// ctx and the election's request timeout, so a store that does not answer delays the
-// snapshot by those timeouts and no more. The history is read first and this instance's own
+// ctx and the election's request timeout; the elections are read side by side, so a store
+// that does not answer delays the snapshot by two timeouts and no more. The history is read first and this instance's own
 // state after it, so that a store that timed out shows in that state too (how long ago the
 // store last confirmed the lease), not only in the errors.
 func take(ctx context.Context, src electionSource, only []string, kept *keptHistory) Snapshot {
@@ -59,16 +59,20 @@ func take(ctx context.Context, src electionSource, only []string, kept *keptHist
 		}
 	}
 	sort.Strings(names)
-	snap := Snapshot{Elections: make([]Election, 0, len(names))}
-	for _, name := range names {
-		e := running[name]
-		terms, err := e.History(ctx)
-		el := Election{Election: electionstatus.Of(ctx, e, time.Now()), History: kept.remember(name, terms, err)}
-		if err != nil {
-			el.HistoryError = err.Error()
-		}
-		snap.Elections = append(snap.Elections, el)
+	snap := Snapshot{Elections: make([]Election, len(names))}
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			e := running[name]
+			terms, err := e.History(ctx)
+			el := Election{Election: electionstatus.Of(ctx, e, time.Now()), History: kept.remember(name, terms, err)}
+			if err != nil {
+				el.HistoryError = err.Error()
+			}
+			snap.Elections[i] = el
+		})
 	}
+	wg.Wait()
 	snap.At = time.Now()
 	for i := range snap.Elections {
 		snap.Elections[i].StoreProblem = storeProblem(snap.Elections[i], snap.At)

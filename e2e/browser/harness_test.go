@@ -137,11 +137,21 @@ type pageFleet struct {
 	links     map[string]*faultproxy.Proxy // each instance's link to etcd, by id
 }
 
-// statusRoute mounts leader_status at /status, linking to the instance's admin page.
+// secondElection is an election every instance takes part in besides "default", gating
+// /jobs: the page shows every election.
+const secondElection = "jobs"
+
+// statusRoute mounts leader_status at /status, linking to the instance's admin page, and
+// gates /jobs by the second election.
 func statusRoute(in *fleet.Instance) []map[string]any {
 	return []map[string]any{{
 		"match":    []map[string]any{{"path": []string{"/status"}}},
 		"handle":   []map[string]any{{"handler": "leader_status", "title": "Fleet status", "admin_link": adminURL(in, "/leader/status")}},
+		"terminal": true,
+	}, {
+		"match": []map[string]any{{"path": []string{"/jobs"}}},
+		"handle": []map[string]any{{"handler": "leader_gate", "election": secondElection},
+			{"handler": "static_response", "body": "jobs"}},
 		"terminal": true,
 	}}
 }

@@ -150,7 +150,7 @@ func TestStatusPage(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `<b data-leader>`+leader.ID+`</b>`) {
 		t.Fatalf("GET %s: %d, the leader %s not on it:\n%s", pageURL, resp.StatusCode, leader.ID, body)
 	}
-	t.Logf("MEASURED page load: %d bytes in one response (HTML with inline style and script, 3 candidates, %s)", len(body), resp.Header.Get("Content-Type"))
+	t.Logf("MEASURED page load: %d bytes in one response (HTML with inline style and script; 2 elections, 3 candidates each; %s)", len(body), resp.Header.Get("Content-Type"))
 	t.Logf("MEASURED one live update: %d bytes (an event of the stream)", firstEventSize(t, pageURL+"?events"))
 
 	t.Run("without_javascript_the_page_is_plain_tables_and_the_timeline", func(t *testing.T) {
@@ -164,7 +164,7 @@ func TestStatusPage(t *testing.T) {
 		if updated := get(t, tab, "reading data-updated", chromedp.Evaluate[string](`document.body.dataset.updated || ""`)); updated != "" {
 			t.Errorf("scripts ran although disabled (data-updated=%s)", updated)
 		}
-		candidates := get(t, tab, "counting candidates", chromedp.Evaluate[int](`document.querySelectorAll("table.candidates tbody tr").length`))
+		candidates := get(t, tab, "counting candidates", chromedp.Evaluate[int](`document.querySelectorAll('section[data-election="default"] table.candidates tbody tr').length`))
 		bars := get(t, tab, "counting term bars", chromedp.Evaluate[int](`document.querySelectorAll("svg.timeline g.term").length`))
 		refresh := get(t, tab, "reading the refresh", chromedp.Evaluate[bool](`!!document.querySelector('noscript')`))
 		if leaderText != leader.ID || candidates != 3 || bars < 1 || !refresh {
@@ -187,6 +187,11 @@ func TestStatusPage(t *testing.T) {
 	}
 	t.Logf("MEASURED page load in Chromium: %.0f bytes transferred (navigation entry); no other request but the event stream", transferred)
 	shownAt(t, tab, "leader:"+leader.ID, time.Time{})
+	// Every election is on the page, each with a leader of its own.
+	waitText(t, tab, fmt.Sprintf(`section[data-election=%q] [data-leader]`, secondElection), func(s string) bool { return strings.HasPrefix(s, "c") })
+	if n := get(t, tab, "counting the elections", chromedp.Evaluate[int](`document.querySelectorAll("section.election").length`)); n != 2 {
+		t.Errorf("the page shows %d elections, want 2 (default and %s)", n, secondElection)
+	}
 
 	// The transfer, made on the admin API's page: reached by following the page's link
 	// (Caddy's admin endpoint wants the origin the browser comes from), then its button.
