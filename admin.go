@@ -12,6 +12,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddyleader/caddy-leader/electionstatus"
 	"github.com/caddyleader/caddy-leader/elector"
 )
 
@@ -52,125 +53,17 @@ func (AdminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{Pattern: "/leader/", Handler: caddy.AdminHandlerFunc(serveAdmin)}}
 }
 
-// ElectionStatus is one election as GET /leader/ reports it.
-type ElectionStatus struct {
-	// Election is the election's name.
-	Election string `json:"election"`
-	// Self is this instance's instance_id.
-	Self string `json:"self"`
-	// Role is leader, handing_over, follower, or candidate (no leader known).
-	Role string `json:"role"`
-	// LeaderID is the current leader's instance_id; empty while none is known.
-	LeaderID string `json:"leader_id,omitempty"`
-	// LeaderURL is the current leader's advertise URL; empty while none is known.
-	LeaderURL string `json:"leader_url,omitempty"`
-	// Token is the fencing token of the current term; 0 while no leader is known.
-	Token int64 `json:"token,omitempty"`
-	// TermStart is when the current term began.
-	TermStart time.Time `json:"term_start,omitzero"`
-	// LeaseRemaining is how long this instance's lease deadline is ahead, in seconds.
-	LeaseRemaining float64 `json:"lease_remaining_seconds"`
-	// LastContact is when etcd last confirmed this instance's lease.
-	LastContact time.Time `json:"last_etcd_contact,omitzero"`
-	// InFlight counts the gated requests this instance admitted that are still running.
-	InFlight int64 `json:"in_flight"`
-	// Healthy is what the leader_health handler and the leader_candidate matcher test: this
-	// instance takes part and its lease is live. A held-off instance is healthy.
-	Healthy bool `json:"healthy"`
-	// Priority is this instance's priority option; 0 never leads.
-	Priority int `json:"priority"`
-	// Preempt is this instance's preempt option.
-	Preempt bool `json:"preempt,omitempty"`
-	// HoldOff is how long this instance still stays out of the election after a resign or
-	// a step-down, in seconds; 0 when it is free to campaign.
-	HoldOff float64 `json:"hold_off_seconds"`
-	// Leaving is set while this instance leaves the election (a graceful stop).
-	Leaving bool `json:"leaving,omitempty"`
-	// Reason says why the last change of this election's state happened.
-	Reason string `json:"reason"`
-	// Changed is when that change happened.
-	Changed time.Time `json:"changed_at"`
-	// Candidates are the election's live candidates, this instance included, as the
-	// store's registry lists them: the whole fleet, seen from any instance.
-	Candidates []CandidateStatus `json:"candidates"`
-	// CandidatesError says why the registry could not be read; Candidates is then empty.
-	CandidatesError string `json:"candidates_error,omitempty"`
-	// Failsafe is the election's failsafe state; absent when failsafe is off.
-	Failsafe *elector.FailsafeStatus `json:"failsafe,omitempty"`
-}
+// ElectionStatus is one election as GET /leader/ reports it (see electionstatus.Election).
+type ElectionStatus = electionstatus.Election
 
-// CandidateStatus is one live candidate of an election as GET /leader/ reports it.
-type CandidateStatus struct {
-	// ID is the candidate's instance_id.
-	ID string `json:"id"`
-	// URL is the candidate's advertise URL.
-	URL string `json:"url,omitempty"`
-	// Healthy means what it means for this instance (see ElectionStatus.Healthy): the
-	// candidate takes part (its registry entry lives with its lease) and is not leaving. A
-	// held-off candidate is healthy.
-	Healthy bool `json:"healthy"`
-	// Priority is the candidate's priority option; 0 never campaigns.
-	Priority int `json:"priority"`
-	// Preempt is the candidate's preempt option.
-	Preempt bool `json:"preempt,omitempty"`
-	// HoldOffUntil is when the candidate's hold-off ends, while it is held off.
-	HoldOffUntil time.Time `json:"hold_off_until,omitzero"`
-	// Leaving is set while the candidate leaves the election (a graceful stop).
-	Leaving bool `json:"leaving,omitempty"`
-}
+// CandidateStatus is one live candidate of an election as GET /leader/ reports it (see
+// electionstatus.Candidate).
+type CandidateStatus = electionstatus.Candidate
 
-// withCandidates adds the election's live candidates to s, reading the store's registry.
-func withCandidates(ctx context.Context, s ElectionStatus, e *elector.Election) ElectionStatus {
-	list, err := e.Candidates(ctx)
-	s.Candidates = []CandidateStatus{}
-	if err != nil {
-		s.CandidatesError = err.Error()
-		return s
-	}
-	for _, c := range list {
-		s.Candidates = append(s.Candidates, CandidateStatus{ID: c.ID, URL: c.URL, Healthy: !c.Leaving, Priority: c.Priority,
-			Preempt: c.Preempt, HoldOffUntil: c.HoldOffUntil, Leaving: c.Leaving})
-	}
-	return s
-}
-
-func statusOf(e *elector.Election, now time.Time) ElectionStatus {
-	t := e.Term()
-	role := "candidate"
-	switch {
-	case t.Leading(now):
-		role = "leader"
-	case t.Holds():
-		role = "handing_over"
-	case t.LeaderKnown():
-		role = "follower"
-	}
-	var fs *elector.FailsafeStatus
-	if st := e.Failsafe(); st.Enabled {
-		fs = &st
-	}
-	holdOff, leaving := e.HoldOff()
-	return ElectionStatus{
-		Failsafe:       fs,
-		Election:       t.Election,
-		Self:           t.Self,
-		Role:           role,
-		LeaderID:       t.Leader.ID,
-		LeaderURL:      t.Leader.URL,
-		Token:          t.Token,
-		TermStart:      t.Leader.Since,
-		LeaseRemaining: e.Candidate().LeaseRemaining().Seconds(),
-		LastContact:    e.Candidate().LastContact(),
-		InFlight:       e.InFlight(),
-		Healthy:        e.Healthy(),
-		Priority:       e.Candidate().Priority(),
-		Preempt:        e.Candidate().Preempts(),
-		HoldOff:        holdOff.Seconds(),
-		Leaving:        leaving,
-		Reason:         t.Reason,
-		Changed:        t.At,
-	}
-}
+// RunningElections returns the elections that the candidacies of this process take part in,
+// by name: every election of every loaded config, whichever app asks. It reads in-process
+// state only; the status page (statuspage) finds the app with AppIfConfigured and lists them.
+func (*App) RunningElections() map[string]*elector.Election { return runningElections() }
 
 // runningElections are the elections of every candidacy of this process, by name.
 func runningElections() map[string]*elector.Election {
@@ -216,7 +109,7 @@ func listElections(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now()
 	list := []ElectionStatus{}
 	for _, e := range runningElections() {
-		list = append(list, withCandidates(r.Context(), statusOf(e, now), e))
+		list = append(list, electionstatus.Of(r.Context(), e, now))
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Election < list[j].Election })
 	w.Header().Set("Content-Type", "application/json")

@@ -160,6 +160,8 @@ func TestDocsShowGoldens(t *testing.T) {
 		{"docs/app.md", "global_store_etcd"},
 		{"docs/app.md", "global_store_postgres"},
 		{"docs/leader_health.md", "health_every_option"},
+		{"docs/status-page.md", "status_page_behind_auth"},
+		{"docs/status-page.md", "status_page_admin_link"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.golden, func(t *testing.T) {

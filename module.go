@@ -26,6 +26,10 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/etcdbackend"
 	"github.com/caddyleader/caddy-leader/internal/termconn"
+
+	// The status page registers its own modules (http.handlers.leader_status and
+	// admin.api.leader_status); importing it here puts them in every build of the plugin.
+	_ "github.com/caddyleader/caddy-leader/statuspage"
 )
 
 func init() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test, on a fresh machine as in CI: installs what the tests need and is missing
-# (promtool, HAProxy, PostgreSQL, PgBouncer and Redis through apt-get, and a kube-apiserver
-# built from the Go module proxy), then runs
+# (Prometheus with promtool, Chromium, HAProxy, PostgreSQL, PgBouncer and Redis through
+# apt-get, and a kube-apiserver built from the Go module proxy), then runs
 #   go test -race -count=1 -timeout 45m ./...
 # in this module and in every nested one (each directory with a go.mod, but tools/), and ends
 # with a line that says which tests were skipped and why, or that none was.
@@ -39,11 +39,21 @@ first_line() {
 }
 
 install_missing() {
-	step "promtool (deploy/prometheus tests)"
-	if ! command -v promtool >/dev/null; then
+	step "prometheus and promtool (deploy/prometheus tests; e2e/browser runs the dashboard's queries on a real server)"
+	if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
 		apt_install prometheus # Debian's prometheus package carries promtool.
+		# Debian starts its own service on install; the tests start theirs.
+		"${sudo[@]}" service prometheus stop >/dev/null 2>&1 || true
 	fi
 	first_line promtool --version
+	first_line prometheus --version
+
+	step "chromium (e2e/browser drives it headless through the status page)"
+	if ! command -v chromium >/dev/null; then
+		apt_install chromium
+	fi
+	# Debian's chromium wrapper script complains on stderr about this machine's memory size.
+	chromium --version 2>/dev/null
 
 	step "haproxy (e2e TestHAProxy runs deploy/haproxy with it)"
 	if ! [[ -x /usr/sbin/haproxy ]] && ! command -v haproxy >/dev/null; then

@@ -11,7 +11,7 @@ readonly l4_module=github.com/caddyleader/caddy-leader/l4
 caddy_version=${CADDY_VERSION:-v2.11.9}
 
 # The modules this plugin registers; a binary that lacks one of them was built without it.
-readonly plugin_modules=(leader http.handlers.leader_gate http.matchers.leader events.handlers.leader_webhook)
+readonly plugin_modules=(leader http.handlers.leader_gate http.matchers.leader events.handlers.leader_webhook http.handlers.leader_status admin.api.leader_status)
 # The layer-4 modules, checked too when ./caddy is built with --l4.
 readonly l4_modules=(layer4.matchers.leader layer4.handlers.leader_gate)
 

@@ -65,6 +65,12 @@ type Config struct {
 	// Apps, when set, adds apps to the instance's configuration (the layer-4 tests add
 	// caddy-l4's `layer4` app).
 	Apps func(in *Instance) map[string]any
+	// Routes, when set, adds routes to the instance's HTTP server ahead of the fixed ones
+	// (the status page tests mount leader_status).
+	Routes func(in *Instance) []map[string]any
+	// AdminOrigins, when set, are origins the instance's admin endpoint accepts besides
+	// its own address (a browser following a link from one of them to the admin API).
+	AdminOrigins func(in *Instance) []string
 }
 
 // JSON renders c as the complete Caddy configuration of instance in:
@@ -166,10 +172,16 @@ func (c Config) JSON(in *Instance) []byte {
 		}
 		leaderApp["failsafe"] = map[string]any{"listen": addr, "url": url}
 	}
+	var extra []any
+	if c.Routes != nil {
+		for _, r := range c.Routes(in) {
+			extra = append(extra, r)
+		}
+	}
 	server := map[string]any{
 		"listen":          []string{fmt.Sprintf("127.0.0.1:%d", in.HTTPPort)},
 		"automatic_https": map[string]any{"disable": true},
-		"routes": []any{
+		"routes": append(extra,
 			gatedRoute,
 			route(path("/leader"), subroute(
 				route(leader, respond(200, "{http.leader.self} {http.leader.token}")),
@@ -184,7 +196,7 @@ func (c Config) JSON(in *Instance) []byte {
 				route(nil, respond(200, whoami)),
 			)),
 			route(path("/plain"), respond(200, "plain")),
-		},
+		),
 	}
 	if c.AccessLog {
 		server["logs"] = map[string]any{}
@@ -201,11 +213,16 @@ func (c Config) JSON(in *Instance) []byte {
 			apps[name] = app
 		}
 	}
+	admin := map[string]any{
+		"listen": fmt.Sprintf("127.0.0.1:%d", in.AdminPort),
+		"config": map[string]any{"persist": false},
+	}
+	if c.AdminOrigins != nil {
+		// Caddy accepts only the listed origins once any is: its own address goes first.
+		admin["origins"] = append([]string{fmt.Sprintf("127.0.0.1:%d", in.AdminPort)}, c.AdminOrigins(in)...)
+	}
 	cfg := map[string]any{
-		"admin": map[string]any{
-			"listen": fmt.Sprintf("127.0.0.1:%d", in.AdminPort),
-			"config": map[string]any{"persist": false},
-		},
+		"admin":   admin,
 		"storage": map[string]any{"module": "file_system", "root": filepath.Join(in.Dir, "storage")},
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "INFO"}}},
 		"apps":    apps,

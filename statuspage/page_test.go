@@ -1,0 +1,138 @@
+package statuspage
+
+import (
+	"bytes"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyleader/caddy-leader/electionstatus"
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// snapshotOf is a snapshot of one election "main" seen by c1, led by c0.
+func snapshotOf(at time.Time, problem string) Snapshot {
+	return Snapshot{At: at, Elections: []Election{{
+		Election: electionstatus.Election{
+			Election: "main", Self: "c1", Role: "follower", LeaderID: "c0", LeaderURL: "http://127.0.0.1:8001", Token: 7,
+			TermStart: at.Add(-90 * time.Second), LeaseRemaining: 1.5, LastContact: at.Add(-time.Second), Healthy: true, Priority: 1,
+			Candidates: []electionstatus.Candidate{
+				{ID: "c0", URL: "http://127.0.0.1:8001", Healthy: true, Priority: 1},
+				{ID: "c1", URL: "http://127.0.0.1:8002", Healthy: true, Priority: 1, HoldOffUntil: at.Add(5 * time.Second)},
+				{ID: "c2", URL: "http://127.0.0.1:8003", Healthy: true},
+			},
+		},
+		History: []elector.PastTerm{{Token: 6, Leader: "c2", Start: at.Add(-3 * time.Minute), End: at.Add(-92 * time.Second),
+			Ended: elector.EndedDeadlinePassed, Successor: "c0", SuccessorToken: 7}},
+		StoreProblem: problem,
+	}}}
+}
+
+func TestPageRenders(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		name      string
+		page      page
+		problem   string
+		want      []string
+		wantNot   []string
+		transfers int
+	}{
+		{name: "handler_page_is_read_only", page: page{title: "Fleet"},
+			want:    []string{`<b data-leader>c0</b>`, `data-token>7<`, "1m30s", `data-term="6"`, `data-term="7"`, "deadline passed", "5s left", "never leads", `class="gap"`},
+			wantNot: []string{"<form", "/resign", "/transfer", "data-admin-link"}},
+		{name: "admin_page_has_the_buttons", page: page{title: "Fleet", admin: true},
+			want: []string{`action="/leader/main/resign"`, `action="/leader/main/transfer?to=c1"`}, wantNot: []string{"to=c0", "to=c2"}, transfers: 1},
+		{name: "store_problem_is_said_plainly", page: page{title: "Fleet"}, problem: "cannot reach the store: reading the candidates failed: context deadline exceeded",
+			want: []string{`role="alert"`, "cannot reach the store: reading the candidates failed", `<span class="bad">unreachable</span>`}},
+		{name: "admin_link", page: page{title: "Fleet", adminLink: "http://127.0.0.1:2019/leader/status"},
+			want: []string{`<a href="http://127.0.0.1:2019/leader/status" data-admin-link>`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := pageTemplate.ExecuteTemplate(&b, "page", c.page.view(snapshotOf(at, c.problem))); err != nil {
+				t.Fatal(err)
+			}
+			html := b.String()
+			for _, w := range c.want {
+				if !strings.Contains(html, w) {
+					t.Errorf("the page lacks %q", w)
+				}
+			}
+			for _, w := range c.wantNot {
+				if strings.Contains(html, w) {
+					t.Errorf("the page has %q", w)
+				}
+			}
+			if n := strings.Count(html, "data-transfer="); n != c.transfers {
+				t.Errorf("%d transfer buttons, want %d", n, c.transfers)
+			}
+			// Self-contained: nothing is loaded from anywhere (the icon is a data: URL; the
+			// other URLs are links and the candidates' addresses as text).
+			if m := regexp.MustCompile(`(?i)<(script|link|img|iframe)[^>]+(src|href)="[^d]`).FindString(html); m != "" {
+				t.Errorf("the page loads an outside resource: %s", m)
+			}
+		})
+	}
+}
+
+func TestStoreProblem(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ok := Election{Election: electionstatus.Election{LastContact: now.Add(-time.Second), LeaseRemaining: 1}}
+	with := func(change func(*Election)) Election { e := ok; change(&e); return e }
+	for _, c := range []struct {
+		name string
+		el   Election
+		want string // a part of the problem; empty for none
+	}{
+		{"reachable", ok, ""},
+		{"registry_read_failed", with(func(e *Election) { e.CandidatesError = "context deadline exceeded" }), "reading the candidates failed"},
+		{"history_read_failed", with(func(e *Election) { e.HistoryError = "connection refused" }), "reading the history failed"},
+		{"lease_ran_out", with(func(e *Election) { e.LeaseRemaining = 0; e.LastContact = now.Add(-4 * time.Second) }), "4s ago"},
+		{"never_confirmed", with(func(e *Election) { e.LastContact = time.Time{} }), "not confirmed"},
+		{"failsafe", with(func(e *Election) {
+			e.Failsafe = &elector.FailsafeStatus{Enabled: true, Active: true, Cause: "lease lost"}
+		}), "through failsafe"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := storeProblem(c.el, now)
+			if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+				t.Errorf("storeProblem = %q, want one with %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestKeptHistory(t *testing.T) {
+	term := func(token int64) []elector.PastTerm { return []elector.PastTerm{{Token: token}} }
+	var k keptHistory
+	for _, c := range []struct {
+		name     string
+		election string
+		terms    []elector.PastTerm
+		err      error
+		want     int64 // the token of the history shown; 0 for an empty one
+	}{
+		{"failed_read_before_any_shows_nothing", "main", nil, errors.New("timeout"), 0},
+		{"a_read_is_shown", "main", term(7), nil, 7},
+		{"a_failed_read_shows_the_last_one", "main", nil, errors.New("timeout"), 7},
+		{"elections_are_kept_apart", "jobs", nil, errors.New("timeout"), 0},
+		{"a_new_read_replaces_it", "main", term(8), nil, 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := k.remember(c.election, c.terms, c.err)
+			if got == nil {
+				t.Fatal("nil history: the JSON would say null")
+			}
+			var token int64
+			if len(got) > 0 {
+				token = got[0].Token
+			}
+			if token != c.want {
+				t.Errorf("shows the history with token %d, want %d", token, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,81 @@
+package statuspage
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+func TestTimeline(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	past := func(token int64, leader string, start, end time.Duration, ended string) elector.PastTerm {
+		return elector.PastTerm{Token: token, Leader: leader, Start: ago(start), End: ago(end), Ended: ended}
+	}
+	for _, c := range []struct {
+		name       string
+		history    []elector.PastTerm
+		current    elector.PastTerm
+		lanes      []string
+		classes    []string
+		gaps       int
+		lastGapEnd bool // the last gap reaches now: no leader at present
+	}{
+		{name: "first_term_only", current: elector.PastTerm{Token: 1, Leader: "a", Start: ago(10 * time.Second)},
+			lanes: []string{"a"}, classes: []string{"term-current"}},
+		{name: "handover_without_gap_then_crash_with_gap",
+			history: []elector.PastTerm{past(1, "a", 50*time.Second, 30*time.Second, elector.EndedHandedOver),
+				past(2, "b", 30*time.Second, 20*time.Second, elector.EndedDeadlinePassed)},
+			current: elector.PastTerm{Token: 3, Leader: "a", Start: ago(15 * time.Second)},
+			lanes:   []string{"a", "b"}, classes: []string{"term-handed-over", "term-deadline", "term-current"}, gaps: 1},
+		{name: "no_leader_now",
+			history: []elector.PastTerm{past(4, "c", 20*time.Second, 5*time.Second, elector.EndedDeadlinePassed)},
+			lanes:   []string{"c"}, classes: []string{"term-deadline"}, gaps: 1, lastGapEnd: true},
+		{name: "current_term_already_in_history_is_drawn_once",
+			history: []elector.PastTerm{past(5, "a", 20*time.Second, 5*time.Second, elector.EndedHandedOver)},
+			current: elector.PastTerm{Token: 5, Leader: "a", Start: ago(20 * time.Second)},
+			lanes:   []string{"a"}, classes: []string{"term-handed-over"}, gaps: 1, lastGapEnd: true},
+		{name: "terms_older_than_the_window_are_left_out",
+			history: []elector.PastTerm{past(1, "old", 3*time.Hour, 2*time.Hour, elector.EndedHandedOver)},
+			current: elector.PastTerm{Token: 2, Leader: "a", Start: ago(90 * time.Minute)},
+			lanes:   []string{"old", "a"}, classes: []string{"term-current"}},
+		{name: "clock_skew_makes_no_negative_gap",
+			history: []elector.PastTerm{past(1, "a", 30*time.Second, 10*time.Second, elector.EndedHandedOver)},
+			current: elector.PastTerm{Token: 2, Leader: "b", Start: ago(11 * time.Second)},
+			lanes:   []string{"a", "b"}, classes: []string{"term-handed-over", "term-current"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tl := newTimeline(c.history, c.current, now)
+			var lanes, classes []string
+			for _, l := range tl.Lanes {
+				lanes = append(lanes, l.ID)
+			}
+			for _, b := range tl.Terms {
+				classes = append(classes, b.Class)
+				if b.X < tl.PlotLeft || b.X+b.W > tl.Width {
+					t.Errorf("term %d: bar %.1f+%.1f outside the plot [%.1f, %.1f]", b.Token, b.X, b.W, tl.PlotLeft, tl.Width)
+				}
+			}
+			if !slices.Equal(lanes, c.lanes) {
+				t.Errorf("lanes = %q, want %q", lanes, c.lanes)
+			}
+			if !slices.Equal(classes, c.classes) {
+				t.Errorf("term classes = %q, want %q", classes, c.classes)
+			}
+			if len(tl.Gaps) != c.gaps {
+				t.Fatalf("%d gaps (%+v), want %d", len(tl.Gaps), tl.Gaps, c.gaps)
+			}
+			if c.lastGapEnd {
+				g := tl.Gaps[len(tl.Gaps)-1]
+				if right := tl.PlotLeft + plotWidth; g.X+g.W < right-0.01 {
+					t.Errorf("the last gap ends at %.1f, want it to reach now (%.1f)", g.X+g.W, right)
+				}
+			}
+			if len(tl.Ticks) == 0 || tl.Ticks[len(tl.Ticks)-1].Label != now.Format("15:04:05") {
+				t.Errorf("ticks %+v do not end at now", tl.Ticks)
+			}
+		})
+	}
+}
