@@ -188,7 +188,7 @@ func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) 
 			}
 		}
 		role := e.Role
-		if role != "leader" && role != "handing_over" && e.Priority == 0 {
+		if role != RoleLeader && role != RoleSettling && role != RoleHandingOver && e.Priority == 0 {
 			role = "never leads"
 		}
 		holdOff := holdOffCell(time.Duration(e.HoldOff*float64(time.Second)), e.Leaving)
@@ -199,14 +199,15 @@ func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) 
 			if c.ID == e.Self {
 				continue
 			}
-			role := "follower"
+			// Only the holder knows whether its term has settled: to its peers it leads.
+			role := RoleFollower
 			switch {
 			case c.ID == e.LeaderID:
-				role = "leader"
+				role = RoleLeader
 			case c.Priority == 0:
 				role = "never leads"
 			case e.LeaderID == "":
-				role = "candidate"
+				role = RoleCandidate
 			}
 			var left time.Duration
 			if !c.HoldOffUntil.IsZero() {
