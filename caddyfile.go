@@ -16,13 +16,18 @@ import (
 
 func init() {
 	httpcaddyfile.RegisterGlobalOption("leader", parseGlobalOption)
+	httpcaddyfile.RegisterHandlerDirective("leader_health", parseHealth)
 	httpcaddyfile.RegisterHandlerDirective("leader_gate", parseGate)
+	// Both go before basic_auth, leader_health first: each insertion lands right before
+	// basic_auth, so the one registered first ends up first. A health check must answer on
+	// every instance and never be gated (a follower's 429 would become the gate's 503);
+	// written at the top level with a path matcher, as `metrics /metrics` is, it answers
+	// before a site-wide gate: `leader_health /health`. It answers every request it
+	// matches itself, as respond does.
+	httpcaddyfile.RegisterDirectiveOrder("leader_health", httpcaddyfile.Before, "basic_auth")
 	// Before basic_auth: a follower turns a request away before it costs a password hash,
 	// and the leader's own auth still runs on everything it admits.
 	httpcaddyfile.RegisterDirectiveOrder("leader_gate", httpcaddyfile.Before, "basic_auth")
-	httpcaddyfile.RegisterHandlerDirective("leader_health", parseHealth)
-	// It answers every request itself, as respond does.
-	httpcaddyfile.RegisterDirectiveOrder("leader_health", httpcaddyfile.Before, "respond")
 }
 
 // parseGlobalOption sets up the leader app from the global `leader` option:
