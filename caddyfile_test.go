@@ -354,3 +354,28 @@ func TestMatcherProvisionErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestLiteralPasswordWarning: a password written out in the Caddyfile is copied into the
+// adapted JSON, so adapting it warns (with the line) and says what to write instead; a
+// placeholder Caddy expands at load time does not.
+func TestLiteralPasswordWarning(t *testing.T) {
+	for _, c := range []struct {
+		name, password string
+		warn           bool
+	}{
+		{"literal", "hunter2", true},
+		{"env_placeholder", "{env.ETCD_PASSWORD}", false},
+		{"file_placeholder", "{file./run/secrets/etcd}", false},
+		{"adapt_time_variable_is_already_the_password", "s3cret-from-{$VAR}-expanded", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := literalPasswordWarning("Caddyfile", 7, c.password)
+			if c.warn && (!strings.Contains(got, "Caddyfile:7: password is written out") || !strings.Contains(got, "{env.VAR} or {file./path/to/secret}")) {
+				t.Errorf("got %q, want a warning with the line that suggests {env.VAR} or {file.…}", got)
+			}
+			if !c.warn && got != "" {
+				t.Errorf("got %q, want no warning", got)
+			}
+		})
+	}
+}

@@ -39,7 +39,9 @@ func TestGateCheck(t *testing.T) {
 		{"upstream_without_port", Gate{Follower: FollowerClose, Upstream: "redis", Hold: hold("1s")}, `layer4 leader_gate: upstream: "redis" is not a host:port`},
 		{"drain_negative", Gate{Follower: FollowerClose, Drain: -1, Hold: hold("1s")}, `layer4 leader_gate: drain: -1ns is negative`},
 		{"hold_negative", Gate{Follower: FollowerClose, Hold: hold("-1s")}, `layer4 leader_gate: hold: -1s is negative`},
-		{"placeholders_checked_when_used", Gate{Follower: FollowerProxy, Advertise: "{env.ADDR}", Hold: hold("1s")}, ""},
+		{"placeholders_checked_when_used", Gate{Follower: FollowerProxy, Advertise: "{env.ADDR}", Upstream: "{env.UPSTREAM}", Hold: hold("1s")}, ""},
+		{"proxy_without_advertise", Gate{Follower: FollowerProxy, Upstream: "127.0.0.1:6379", Hold: hold("1s")}, "layer4 leader_gate: follower proxy needs advertise <host:port>, the address at which peers reach this instance's layer-4 server: without it no follower learns where the leader is, and each closes every connection"},
+		{"proxy_without_upstream", Gate{Follower: FollowerProxy, Advertise: "10.0.0.5:6380", Hold: hold("1s")}, "layer4 leader_gate: follower proxy needs upstream <host:port>, the local service that {l4.leader.dial} names on the leader: without it the leader's proxy {l4.leader.dial} dials nothing"},
 		{"valid", Gate{Follower: FollowerProxy, Advertise: "10.0.0.5:6380", Upstream: "127.0.0.1:6379", Hold: hold("0s")}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

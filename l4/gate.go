@@ -2,6 +2,7 @@ package leaderl4
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -145,11 +146,30 @@ func (g *Gate) check() error {
 			return fmt.Errorf("layer4 leader_gate: %s: %v", field, err)
 		}
 	}
+	if err := g.checkProxy(); err != nil {
+		return fmt.Errorf("layer4 leader_gate: %v", err)
+	}
 	if g.Drain < 0 {
 		return fmt.Errorf("layer4 leader_gate: drain: %s is negative", time.Duration(g.Drain))
 	}
 	if *g.Hold < 0 {
 		return fmt.Errorf("layer4 leader_gate: hold: %s is negative", time.Duration(*g.Hold))
+	}
+	return nil
+}
+
+// checkProxy names what `follower proxy` needs and lacks: advertise, or every follower
+// would find no address to pass connections to and close each one, logging nothing; and
+// upstream, or the leader's {l4.leader.dial} would be empty and its proxy dial nothing.
+func (g *Gate) checkProxy() error {
+	if g.Follower != FollowerProxy {
+		return nil
+	}
+	switch {
+	case g.Advertise == "":
+		return errors.New("follower proxy needs advertise <host:port>, the address at which peers reach this instance's layer-4 server: without it no follower learns where the leader is, and each closes every connection")
+	case g.Upstream == "":
+		return errors.New("follower proxy needs upstream <host:port>, the local service that {l4.leader.dial} names on the leader: without it the leader's proxy {l4.leader.dial} dials nothing")
 	}
 	return nil
 }
