@@ -590,14 +590,28 @@ func positiveDurationArg(d *caddyfile.Dispenser, dst *caddy.Duration, def time.D
 	return nil
 }
 
-// checkTLSFile reports a TLS file that cannot be read where the Caddyfile is adapted, which
-// is, nearly always, where Caddy will load it.
-func checkTLSFile(path string) error {
+// unreadableFileWarning says that a file the config names cannot be read here, where the
+// Caddyfile is adapted: loading the config will fail the same way unless it is loaded on
+// another machine (adapted in a build, say), which is why this is a warning and not an
+// error. Empty when the file can be read, or its name is a placeholder.
+func unreadableFileWarning(file string, line int, option, path string) string {
+	if strings.Contains(path, "{") {
+		return ""
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("%q cannot be read: %v", path, errors.Unwrap(err))
+		return fmt.Sprintf("%s:%d: %s: %q cannot be read here (%v): loading this config will fail unless the file exists where Caddy runs",
+			file, line, option, path, errors.Unwrap(err))
 	}
-	return f.Close()
+	f.Close()
+	return ""
+}
+
+// warnUnreadableFile logs unreadableFileWarning at adapt time.
+func warnUnreadableFile(d *caddyfile.Dispenser, option, path string) {
+	if msg := unreadableFileWarning(d.File(), d.Line(), option, path); msg != "" {
+		caddy.Log().Named("caddyfile").Warn(msg, zap.String("option", option))
+	}
 }
 
 // withoutPlaceholders returns the values known at adapt time: those without a placeholder.
@@ -751,11 +765,8 @@ func (s *EtcdStore) unmarshalOption(d *caddyfile.Dispenser, opt string) (bool, e
 			if err := oneArg(d, dst); err != nil {
 				return true, err
 			}
-			if sub == "server_name" {
-				continue
-			}
-			if err := checkUnlessPlaceholder(*dst, checkTLSFile); err != nil {
-				return true, d.Errf("tls: %s: %v", sub, err)
+			if sub != "server_name" {
+				warnUnreadableFile(d, "tls "+sub, *dst)
 			}
 		}
 		if err := s.TLS.files().Check(); err != nil {

@@ -3,6 +3,7 @@ package caddyleader
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -375,6 +376,30 @@ func TestLiteralPasswordWarning(t *testing.T) {
 			}
 			if !c.warn && got != "" {
 				t.Errorf("got %q, want no warning", got)
+			}
+		})
+	}
+}
+
+// TestUnreadableFileWarning: a tls file that cannot be read where the Caddyfile is adapted
+// gets a warning with its line; a readable one or a placeholder does not.
+func TestUnreadableFileWarning(t *testing.T) {
+	readable := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(readable, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	for _, c := range []struct {
+		name, path, want string
+	}{
+		{"missing", missing, fmt.Sprintf("Caddyfile:5: tls ca: %q cannot be read here (no such file or directory)", missing)},
+		{"readable", readable, ""},
+		{"placeholder", "{env.ETCD_CA}", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := unreadableFileWarning("Caddyfile", 5, "tls ca", c.path)
+			if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+				t.Errorf("got %q, want %q", got, c.want)
 			}
 		})
 	}
