@@ -1,10 +1,13 @@
 package leaderl4
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
 	_ "github.com/mholt/caddy-l4"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddyleader/caddy-leader/internal/goldentest"
 )
@@ -53,5 +56,25 @@ func TestGateCheck(t *testing.T) {
 				t.Fatalf("got %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestNoUpstreamWarnsOnce: on the leader of a gate without upstream, {l4.leader.dial} is
+// empty, and the first connection that asks for it logs why, once.
+func TestNoUpstreamWarnsOnce(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	g := &Gate{Election: "default", logger: zap.New(core), warnedNoUpstream: new(atomic.Bool)}
+	for range 3 {
+		repl := caddy.NewReplacer()
+		repl.Map(g.noUpstream)
+		if v, ok := repl.Get("l4.leader.dial"); !ok || v != "" {
+			t.Fatalf("{l4.leader.dial} = %v, %v; want empty and known", v, ok)
+		}
+		if _, ok := repl.Get("l4.leader.other"); ok {
+			t.Fatal("noUpstream answered another placeholder")
+		}
+	}
+	if n := logs.FilterMessageSnippet("has no upstream").Len(); n != 1 {
+		t.Errorf("%d warnings, want 1", n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -98,6 +99,8 @@ type Gate struct {
 	guard    *termconn.Guard
 	leaders  *leaderAddresses
 	logger   *zap.Logger
+	// warnedNoUpstream is set once noUpstream has warned; shared by copies of the gate.
+	warnedNoUpstream *atomic.Bool
 }
 
 // CaddyModule returns the Caddy module information.
@@ -111,6 +114,7 @@ func (*Gate) CaddyModule() caddy.ModuleInfo {
 // Provision implements caddy.Provisioner.
 func (g *Gate) Provision(ctx caddy.Context) error {
 	g.logger = ctx.Logger()
+	g.warnedNoUpstream = new(atomic.Bool)
 	repl := caddy.NewReplacer()
 	g.Advertise = repl.ReplaceKnown(g.Advertise, "")
 	if g.Follower == "" {
@@ -174,6 +178,20 @@ func (g *Gate) checkProxy() error {
 	return nil
 }
 
+// noUpstream answers {l4.leader.dial} on the leader of a gate without upstream: empty, and
+// a warning the first time, since a `proxy {l4.leader.dial}` after this gate dials nothing.
+// The Caddyfile cannot see that proxy when it parses the gate, so this is said when it asks.
+func (g *Gate) noUpstream(key string) (any, bool) {
+	if key != phDial {
+		return nil, false
+	}
+	if g.warnedNoUpstream.CompareAndSwap(false, true) {
+		g.logger.Warn("{l4.leader.dial} is empty on the leader: this leader_gate has no upstream, so a proxy to {l4.leader.dial} dials nothing; set upstream <host:port> to the local service",
+			zap.String("election", g.Election))
+	}
+	return "", true
+}
+
 // checkHostPort checks an optional host:port; one with placeholders is checked when used.
 func checkHostPort(addr string) error {
 	if addr == "" || caddy.NewReplacer().ReplaceKnown(addr, "") != addr {
@@ -199,7 +217,11 @@ func (g *Gate) Handle(cx *layer4.Connection, next layer4.Handler) error {
 		defer c.Done()
 		cx.Conn = c
 		setPlaceholders(repl, t, true, g.Advertise)
-		repl.Set(phDial, g.Upstream)
+		if g.Upstream != "" {
+			repl.Set(phDial, g.Upstream)
+		} else {
+			repl.Map(g.noUpstream)
+		}
 		return next.Handle(cx)
 	}
 	if g.Follower == FollowerClose || t.Holds() || !t.LeaderKnown() || t.Leader.HandingOver {
