@@ -71,6 +71,10 @@ func TestRecipesLoadInTheDocumentedBuild(t *testing.T) {
 	if !strings.Contains(string(out), "layer4.handlers.proxy") || !strings.Contains(string(out), "leader.stores.postgres") {
 		t.Errorf("./xcaddy.sh build --l4 did not check the modules the recipes use; it printed:\n%s", out)
 	}
+	// A first build is long: the script says so before it starts, and go names what it does.
+	if !strings.Contains(string(out), "a first build downloads Caddy's dependencies") || !strings.Contains(string(out), "-v ") {
+		t.Errorf("./xcaddy.sh build --l4 did not say how long a first build takes, or did not build with -v; it printed:\n%s", out)
+	}
 
 	dir := t.TempDir()
 	for _, r := range recipes {
