@@ -65,6 +65,29 @@ type CandidateStatus = electionstatus.Candidate
 // state only; the status page (statuspage) finds the app with AppIfConfigured and lists them.
 func (*App) RunningElections() map[string]*elector.Election { return runningElections() }
 
+// storeTrouble says, when this instance has not heard from its store for a while, which store
+// that is: "no leader is known" is then what this instance cannot know, not what the store
+// says. It is empty while the store answers.
+func storeTrouble(e *elector.Election) string {
+	c := e.Candidate()
+	last := c.LastContact()
+	if e.Healthy() && time.Since(last) < c.TTL()/2 {
+		return ""
+	}
+	store := "the store"
+	candidates.Range(func(_, v any) bool {
+		if p := v.(pooledCandidate); p.Candidate == c {
+			store = p.store
+		}
+		return true
+	})
+	since := "it has never answered"
+	if !last.IsZero() {
+		since = "its last answer came " + time.Since(last).Round(100*time.Millisecond).String() + " ago"
+	}
+	return fmt.Sprintf(" because this instance cannot reach its store, %s: %s. A resign goes through the store: check that it runs and answers", store, since)
+}
+
 // runningElections are the elections of every candidacy of this process, by name.
 func runningElections() map[string]*elector.Election {
 	found := make(map[string]*elector.Election)
@@ -178,7 +201,7 @@ func resign(w http.ResponseWriter, r *http.Request, name string) error {
 		result["resigned"] = t.Self
 	} else {
 		if err := e.RequestResign(ctx, holdOff); err != nil {
-			return refusal(fmt.Errorf("asking the leader of election %q to resign: %w", name, err))
+			return refusal(fmt.Errorf("asking the leader of election %q to resign: %w%s", name, err, storeTrouble(e)))
 		}
 		result["asked"] = t.Leader.ID
 		w.WriteHeader(http.StatusAccepted)

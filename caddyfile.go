@@ -1,8 +1,11 @@
 package caddyleader
 
 import (
+	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -12,17 +15,25 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddyleader/caddy-leader/etcdbackend"
 )
 
 func init() {
 	httpcaddyfile.RegisterGlobalOption("leader", parseGlobalOption)
+	httpcaddyfile.RegisterHandlerDirective("leader_health", parseHealth)
 	httpcaddyfile.RegisterHandlerDirective("leader_gate", parseGate)
+	// Both go before basic_auth, leader_health first: each insertion lands right before
+	// basic_auth, so the one registered first ends up first. A health check must answer on
+	// every instance and never be gated (a follower's 429 would become the gate's 503);
+	// written at the top level with a path matcher, as `metrics /metrics` is, it answers
+	// before a site-wide gate: `leader_health /health`. It answers every request it
+	// matches itself, as respond does.
+	httpcaddyfile.RegisterDirectiveOrder("leader_health", httpcaddyfile.Before, "basic_auth")
 	// Before basic_auth: a follower turns a request away before it costs a password hash,
 	// and the leader's own auth still runs on everything it admits.
 	httpcaddyfile.RegisterDirectiveOrder("leader_gate", httpcaddyfile.Before, "basic_auth")
-	httpcaddyfile.RegisterHandlerDirective("leader_health", parseHealth)
-	// It answers every request itself, as respond does.
-	httpcaddyfile.RegisterDirectiveOrder("leader_health", httpcaddyfile.Before, "respond")
 }
 
 // parseGlobalOption sets up the leader app from the global `leader` option:
@@ -95,7 +106,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	// Where options that conflict with each other were given, so that the error points at
 	// them rather than at the block's closing brace.
-	var storeAt, etcdAt, preemptAt position
+	var storeAt, etcdAt, preemptAt, failsafeAt position
 	for d.NextBlock(0) {
 		switch opt := d.Val(); opt {
 		case "elections":
@@ -161,6 +172,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			name := d.Val()
 			if _, err := caddy.GetModule("leader.stores." + name); err != nil {
+				if mod, ok := storeModules[name]; ok {
+					return d.Errf("store: %q is not in this build of Caddy: its module is %s; build with `xcaddy build --with %s` (and the plugin's other --with lines), or from a checkout, `go build ./cmd/caddy` in %s",
+						name, mod.path, mod.path, mod.dir)
+				}
 				return d.Errf("store: %q is not a store; the stores are %s", name, storeNames())
 			}
 			unm, err := caddyfile.UnmarshalModule(d, "leader.stores."+name)
@@ -178,6 +193,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			a.StepDown = s
 		case "failsafe":
+			failsafeAt = at(d)
 			if a.Failsafe != nil {
 				return d.Err("failsafe: given twice")
 			}
@@ -198,6 +214,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				continue
 			}
 			return d.Errf("unrecognized leader option %q", opt)
+		}
+	}
+	if a.Failsafe != nil && a.Failsafe.Timeout != 0 {
+		ttl := cmp.Or(time.Duration(a.TTL), DefaultTTL)
+		if err := checkFailsafeTimeout(time.Duration(a.Failsafe.Timeout), ttl); err != nil {
+			return failsafeAt.errf("failsafe: timeout: %v; the peers' answers must come within a round, and a round is ttl/3", err)
 		}
 	}
 	if preemptAt.line != 0 && a.Priority != nil && *a.Priority == 0 {
@@ -511,6 +533,12 @@ func (p position) errf(format string, args ...any) error {
 	return fmt.Errorf(format+", at %s:%d", append(args, p.file, p.line)...)
 }
 
+// storeModules are the stores that live in modules of their own (so that the root module
+// never pulls their dependencies), by name: where a build that lacks one finds it.
+var storeModules = map[string]struct{ path, dir string }{
+	"kubernetes": {"github.com/caddyleader/caddy-leader/kubernetes", "kubernetes/"},
+}
+
 // storeNames lists the registered stores, for an error that names an unknown one.
 func storeNames() string {
 	var names []string
@@ -560,6 +588,59 @@ func positiveDurationArg(d *caddyfile.Dispenser, dst *caddy.Duration, def time.D
 		return d.Errf("%s: 0s is not allowed (leave %s out for its default, %s)", opt, opt, def)
 	}
 	return nil
+}
+
+// unreadableFileWarning says that a file the config names cannot be read here, where the
+// Caddyfile is adapted: loading the config will fail the same way unless it is loaded on
+// another machine (adapted in a build, say), which is why this is a warning and not an
+// error. Empty when the file can be read, or its name is a placeholder.
+func unreadableFileWarning(file string, line int, option, path string) string {
+	if strings.Contains(path, "{") {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("%s:%d: %s: %q cannot be read here (%v): loading this config will fail unless the file exists where Caddy runs",
+			file, line, option, path, errors.Unwrap(err))
+	}
+	f.Close()
+	return ""
+}
+
+// warnUnreadableFile logs unreadableFileWarning at adapt time.
+func warnUnreadableFile(d *caddyfile.Dispenser, option, path string) {
+	if msg := unreadableFileWarning(d.File(), d.Line(), option, path); msg != "" {
+		caddy.Log().Named("caddyfile").Warn(msg, zap.String("option", option))
+	}
+}
+
+// withoutPlaceholders returns the values known at adapt time: those without a placeholder.
+func withoutPlaceholders(values []string) []string {
+	var known []string
+	for _, v := range values {
+		if !strings.Contains(v, "{") {
+			known = append(known, v)
+		}
+	}
+	return known
+}
+
+// literalPasswordWarning says why a password written out in the Caddyfile is a risk, and
+// what to write instead; empty for a placeholder. A literal password lands in the adapted
+// JSON, which `caddy adapt` prints and the admin API serves.
+func literalPasswordWarning(file string, line int, password string) string {
+	if strings.Contains(password, "{env.") || strings.Contains(password, "{file.") {
+		return ""
+	}
+	return fmt.Sprintf("%s:%d: password is written out: it is copied into the adapted JSON, which `caddy adapt` prints and the admin API serves; use {env.VAR} or {file./path/to/secret}, which Caddy expands when it loads the config", file, line)
+}
+
+// warnLiteralPassword logs literalPasswordWarning at adapt time, as Caddy's own Caddyfile
+// parsers log their warnings.
+func warnLiteralPassword(d *caddyfile.Dispenser, password string) {
+	if msg := literalPasswordWarning(d.File(), d.Line(), password); msg != "" {
+		caddy.Log().Named("caddyfile").Warn(msg, zap.String("option", "password"))
+	}
 }
 
 // checkUnlessPlaceholder runs check on a value that is known at adapt time; a runtime
@@ -644,9 +725,15 @@ func (s *EtcdStore) unmarshalOption(d *caddyfile.Dispenser, opt string) (bool, e
 			}
 		}
 		s.Endpoints = append(s.Endpoints, args...)
+		if err := etcdbackend.CheckSchemes(withoutPlaceholders(s.Endpoints)); err != nil {
+			return true, d.Err(err.Error()) // it names endpoints itself
+		}
 	case "prefix":
 		if err := oneArg(d, &s.Prefix); err != nil {
 			return true, err
+		}
+		if err := checkUnlessPlaceholder(s.Prefix, checkPrefix); err != nil {
+			return true, d.Errf("prefix: %v", err)
 		}
 	case "dial_timeout":
 		if err := positiveDurationArg(d, &s.DialTimeout, DefaultDialTimeout); err != nil {
@@ -662,7 +749,8 @@ func (s *EtcdStore) unmarshalOption(d *caddyfile.Dispenser, opt string) (bool, e
 		s.TLS = new(EtcdTLS)
 		for nesting := d.Nesting(); d.NextBlock(nesting); {
 			var dst *string
-			switch sub := d.Val(); sub {
+			sub := d.Val()
+			switch sub {
 			case "ca":
 				dst = &s.TLS.CA
 			case "cert":
@@ -677,6 +765,9 @@ func (s *EtcdStore) unmarshalOption(d *caddyfile.Dispenser, opt string) (bool, e
 			if err := oneArg(d, dst); err != nil {
 				return true, err
 			}
+			if sub != "server_name" {
+				warnUnreadableFile(d, "tls "+sub, *dst)
+			}
 		}
 		if err := s.TLS.files().Check(); err != nil {
 			return true, d.Err(err.Error())
@@ -689,6 +780,7 @@ func (s *EtcdStore) unmarshalOption(d *caddyfile.Dispenser, opt string) (bool, e
 		if err := oneArg(d, &s.Password); err != nil {
 			return true, err
 		}
+		warnLiteralPassword(d, s.Password)
 	default:
 		return false, nil
 	}

@@ -3,6 +3,7 @@ package caddyleader
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -350,6 +351,55 @@ func TestMatcherProvisionErrors(t *testing.T) {
 			err := m.Provision(newProvisionContext(t))
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("got error %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestLiteralPasswordWarning: a password written out in the Caddyfile is copied into the
+// adapted JSON, so adapting it warns (with the line) and says what to write instead; a
+// placeholder Caddy expands at load time does not.
+func TestLiteralPasswordWarning(t *testing.T) {
+	for _, c := range []struct {
+		name, password string
+		warn           bool
+	}{
+		{"literal", "hunter2", true},
+		{"env_placeholder", "{env.ETCD_PASSWORD}", false},
+		{"file_placeholder", "{file./run/secrets/etcd}", false},
+		{"adapt_time_variable_is_already_the_password", "s3cret-from-{$VAR}-expanded", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := literalPasswordWarning("Caddyfile", 7, c.password)
+			if c.warn && (!strings.Contains(got, "Caddyfile:7: password is written out") || !strings.Contains(got, "{env.VAR} or {file./path/to/secret}")) {
+				t.Errorf("got %q, want a warning with the line that suggests {env.VAR} or {file.…}", got)
+			}
+			if !c.warn && got != "" {
+				t.Errorf("got %q, want no warning", got)
+			}
+		})
+	}
+}
+
+// TestUnreadableFileWarning: a tls file that cannot be read where the Caddyfile is adapted
+// gets a warning with its line; a readable one or a placeholder does not.
+func TestUnreadableFileWarning(t *testing.T) {
+	readable := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(readable, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.pem")
+	for _, c := range []struct {
+		name, path, want string
+	}{
+		{"missing", missing, fmt.Sprintf("Caddyfile:5: tls ca: %q cannot be read here (no such file or directory)", missing)},
+		{"readable", readable, ""},
+		{"placeholder", "{env.ETCD_CA}", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := unreadableFileWarning("Caddyfile", 5, "tls ca", c.path)
+			if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+				t.Errorf("got %q, want %q", got, c.want)
 			}
 		})
 	}

@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,83 +22,110 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "leader",
-		Usage: "status|history|resign|transfer [--address <interface>] [--config <path> [--adapter <name>]]",
+		Usage: "status|history|resign|transfer [--election <name>] [--address <interface>] [--config <path> [--adapter <name>]]",
 		Short: "Shows and steers this instance's leader elections",
 		Long: `
 Talks to the admin API of the running Caddy instance (the leader endpoints
 under /leader/). The admin address comes from --address if given, else from
 the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 
-  caddy leader status [--json]
+  caddy leader status [--election <name>] [--json]
   caddy leader history [--election <name>] [--json]
   caddy leader resign [--election <name>] [--hold-off <duration>]
-  caddy leader transfer --to <instance_id> [--election <name>]
+  caddy leader transfer --to <instance_id> [--election <name>] [--timeout <duration>]
 
---election may be left out when the instance takes part in one election only.
+--election may be left out when the instance takes part in one election only
+(status then lists every election).
 `,
 		CobraFunc: func(cmd *cobra.Command) {
-			cmd.AddCommand(leaderSubcommand("status", "[--json]", "Lists the elections this instance takes part in",
+			// Without a subcommand, or with an unknown one, say so: left to cobra, the
+			// flags after an unknown subcommand would be blamed instead.
+			cmd.DisableFlagParsing = true
+			cmd.RunE = func(c *cobra.Command, args []string) error {
+				if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+					return c.Help()
+				}
+				return fmt.Errorf("unknown subcommand %q for %q: use status, history, resign or transfer (see 'caddy leader --help')", args[0], c.CommandPath())
+			}
+			cmd.AddCommand(leaderSubcommand("status", "[--election <name>] [--json]", "Lists the elections this instance takes part in",
 				func(c *cobra.Command) { c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table") },
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
-					return leaderStatus(out, addr, fl.Bool("json"))
+					return leaderStatus(out, addr, fl.String("election"), fl.Bool("json"))
 				}))
 			cmd.AddCommand(leaderSubcommand("history", "[--election <name>] [--json]", "Lists the ended terms of an election, as the store keeps them",
-				func(c *cobra.Command) {
-					electionFlag(c)
-					c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table")
-				},
+				func(c *cobra.Command) { c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table") },
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderHistory(out, addr, fl.String("election"), fl.Bool("json"))
 				}))
 			cmd.AddCommand(leaderSubcommand("resign", "[--election <name>] [--hold-off <duration>]", "Makes the leader hand over and stay out for a while",
 				func(c *cobra.Command) {
-					electionFlag(c)
-					c.Flags().String("hold-off", "", "How long the leader stays out of the election (default: one ttl)")
+					c.Flags().String("hold-off", "", "How long the leader stays out of the election, e.g. 30s (default: one ttl)")
 				},
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderResign(out, addr, fl.String("election"), fl.String("hold-off"))
 				}))
-			cmd.AddCommand(leaderSubcommand("transfer", "--to <instance_id> [--election <name>]", "Hands leadership over to a named candidate",
+			cmd.AddCommand(leaderSubcommand("transfer", "--to <instance_id> [--election <name>] [--timeout <duration>]", "Hands leadership over to a named candidate",
 				func(c *cobra.Command) {
 					c.Flags().String("to", "", "The instance_id that should lead (required)")
-					electionFlag(c)
+					c.Flags().String("timeout", "", "How long to wait for it to lead, e.g. 20s (default: two ttls)")
 				},
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
-					return leaderTransfer(out, addr, fl.String("election"), fl.String("to"))
+					return leaderTransfer(out, addr, fl.String("election"), fl.String("to"), fl.String("timeout"))
 				}))
 		},
 	})
 }
 
-func electionFlag(c *cobra.Command) {
-	c.Flags().String("election", "", "The election (default: the only one)")
-}
-
-// leaderSubcommand is one `caddy leader` subcommand with the admin address flags that every
-// one of them takes.
+// leaderSubcommand is one `caddy leader` subcommand with the flags that every one of them
+// takes: the election, and the admin address.
 func leaderSubcommand(name, usage, short string, flags func(*cobra.Command),
 	run func(fl caddycmd.Flags, out io.Writer, adminAddr string) error,
 ) *cobra.Command {
-	// Errors are printed by the command itself, as plain sentences.
-	c := &cobra.Command{Use: name + " " + usage, Short: short, Args: cobra.NoArgs, SilenceErrors: true}
+	c := &cobra.Command{Use: name + " " + usage, Short: short, Args: cobra.NoArgs}
+	c.Flags().String("election", "", "The election (default: the only one)")
 	c.Flags().StringP("config", "c", "", "Configuration file to read the admin address from, if --address is not used")
 	c.Flags().StringP("adapter", "a", "", "Name of config adapter to apply (when --config is used)")
-	c.Flags().String("address", "", "The address of the admin API, if not the default")
+	c.Flags().String("address", "", "The address of the admin API (host:port, or http://host:port), if not the default")
 	flags(c)
+	// cobra prints these errors (a flag or an argument it does not know) as `caddy reload`'s;
+	// the hint says where the right ones are listed.
+	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%v (see '%s --help')", err, c.CommandPath())
+	})
 	c.RunE = caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
-		addr, err := caddycmd.DetermineAdminAPIAddress(fl.String("address"), nil, fl.String("config"), fl.String("adapter"))
-		if err != nil {
-			return caddy.ExitCodeFailedStartup, fmt.Errorf("couldn't determine admin API address: %v", err)
+		addr, err := adminAddress(fl.String("address"), fl.String("config"), fl.String("adapter"))
+		if err == nil {
+			err = run(fl, c.OutOrStdout(), addr)
 		}
-		if err := run(fl, os.Stdout, addr); err != nil {
+		if err != nil {
 			// A plain sentence on stderr, not a JSON log line with the API's answer quoted
-			// inside it.
-			fmt.Fprintf(os.Stderr, "caddy leader %s: %v\n", name, err)
+			// inside it; the exit status says it failed, and cobra adds nothing.
+			fmt.Fprintf(c.ErrOrStderr(), "caddy leader %s: %v\n", name, err)
+			c.SilenceErrors = true
 			return caddy.ExitCodeFailedQuit, nil
 		}
 		return caddy.ExitCodeSuccess, nil
 	})
 	return c
+}
+
+// adminAddress is the admin API's address as `caddy reload` finds it: --address, else the
+// --config file's admin option, else the default. --address may carry an http:// scheme
+// and a trailing slash, as an admin URL is often written.
+func adminAddress(address, config, adapter string) (string, error) {
+	if rest, ok := strings.CutPrefix(address, "http://"); ok {
+		address = strings.TrimSuffix(rest, "/")
+		if address == "" || strings.Contains(address, "/") {
+			return "", fmt.Errorf("--address: %q: give the admin API's host:port, e.g. localhost:2019", "http://"+rest)
+		}
+	} else if strings.HasPrefix(address, "https://") {
+		return "", fmt.Errorf("--address: %q: the admin API answers plain HTTP on its listen address (default localhost:2019); give host:port", address)
+	}
+	addr, err := caddycmd.DetermineAdminAPIAddress(address, nil, config, adapter)
+	if err != nil {
+		return "", fmt.Errorf("couldn't determine the admin API address: %v", err)
+	}
+	return addr, nil
 }
 
 // adminCall sends one request to the leader endpoints of the admin API and decodes the JSON
@@ -110,10 +137,28 @@ func adminCall(adminAddr, method, uri string, into any) error {
 		return plainAdminError(err)
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
-		return fmt.Errorf("%s %s: HTTP %d with an answer that is not JSON: %v", method, uri, resp.StatusCode, err)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: reading the answer: %v", method, uri, err)
+	}
+	if err := json.Unmarshal(body, into); err != nil {
+		return notAdminAnswer(adminAddr, method, uri, resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
 	return nil
+}
+
+// notAdminAnswer explains an answer that is not the admin API's JSON: most likely the
+// address is a site's, not the admin endpoint's.
+func notAdminAnswer(adminAddr, method, uri string, status int, contentType string, body []byte) error {
+	start := strings.Join(strings.Fields(string(body)), " ")
+	if len(start) > 60 {
+		start = start[:60] + "..."
+	}
+	if contentType == "" {
+		contentType = "no Content-Type"
+	}
+	return fmt.Errorf("%s %s: %s answered HTTP %d with %s (%q), not the admin API's JSON: is it the admin address (the admin global option; default localhost:2019) and not a site's?",
+		method, uri, adminAddr, status, contentType, start)
 }
 
 // plainAdminError turns the error of caddycmd.AdminAPIRequest, which quotes the admin API's
@@ -145,11 +190,18 @@ func fetchElections(adminAddr string) ([]ElectionStatus, error) {
 	return list.Elections, nil
 }
 
-// leaderStatus prints the elections of the instance at adminAddr, as a table or as JSON.
-func leaderStatus(out io.Writer, adminAddr string, asJSON bool) error {
+// leaderStatus prints the elections of the instance at adminAddr (only the one named
+// election, unless it is empty), as a table or as JSON.
+func leaderStatus(out io.Writer, adminAddr, election string, asJSON bool) error {
 	elections, err := fetchElections(adminAddr)
 	if err != nil {
 		return err
+	}
+	if election != "" {
+		elections = slices.DeleteFunc(elections, func(e ElectionStatus) bool { return e.Election != election })
+		if len(elections) == 0 {
+			return fmt.Errorf("--election: this instance takes no part in election %q", election)
+		}
 	}
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -188,7 +240,7 @@ func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) 
 			}
 		}
 		role := e.Role
-		if role != "leader" && role != "handing_over" && e.Priority == 0 {
+		if role != RoleLeader && role != RoleSettling && role != RoleHandingOver && e.Priority == 0 {
 			role = "never leads"
 		}
 		holdOff := holdOffCell(time.Duration(e.HoldOff*float64(time.Second)), e.Leaving)
@@ -199,14 +251,15 @@ func printStatusTable(out io.Writer, elections []ElectionStatus, now time.Time) 
 			if c.ID == e.Self {
 				continue
 			}
-			role := "follower"
+			// Only the holder knows whether its term has settled: to its peers it leads.
+			role := RoleFollower
 			switch {
 			case c.ID == e.LeaderID:
-				role = "leader"
+				role = RoleLeader
 			case c.Priority == 0:
 				role = "never leads"
 			case e.LeaderID == "":
-				role = "candidate"
+				role = RoleCandidate
 			}
 			var left time.Duration
 			if !c.HoldOffUntil.IsZero() {
@@ -282,6 +335,10 @@ func leaderHistory(out io.Writer, adminAddr, election string, asJSON bool) error
 		enc.SetIndent("", "  ")
 		return enc.Encode(h)
 	}
+	if len(h.Terms) == 0 {
+		_, err := fmt.Fprintf(out, "election %s: no term has ended yet (the store keeps the terms that ended, with how and when)\n", election)
+		return err
+	}
 	return printHistoryTable(out, h)
 }
 
@@ -324,6 +381,9 @@ func chooseElection(adminAddr, name string) (string, error) {
 // leaderResign asks the leader of an election to hand over and stay out for holdOff (the
 // admin API's default, one ttl, when empty).
 func leaderResign(out io.Writer, adminAddr, election, holdOff string) error {
+	if err := checkDurationFlag("hold-off", holdOff); err != nil {
+		return err
+	}
 	election, err := chooseElection(adminAddr, election)
 	if err != nil {
 		return err
@@ -351,9 +411,12 @@ func leaderResign(out io.Writer, adminAddr, election, holdOff string) error {
 
 // leaderTransfer hands the leadership of an election over to the candidate named to, and
 // returns once it leads or the admin API gives up.
-func leaderTransfer(out io.Writer, adminAddr, election, to string) error {
+func leaderTransfer(out io.Writer, adminAddr, election, to, timeout string) error {
 	if to == "" {
 		return errors.New("--to: name the instance_id that should lead")
+	}
+	if err := checkDurationFlag("timeout", timeout); err != nil {
+		return err
 	}
 	election, err := chooseElection(adminAddr, election)
 	if err != nil {
@@ -365,7 +428,11 @@ func leaderTransfer(out io.Writer, adminAddr, election, to string) error {
 		Token   int64  `json:"token"`
 		Warning string `json:"warning"`
 	}
-	uri := "/leader/" + url.PathEscape(election) + "/transfer?" + url.Values{"to": {to}}.Encode()
+	query := url.Values{"to": {to}}
+	if timeout != "" {
+		query.Set("timeout", timeout)
+	}
+	uri := "/leader/" + url.PathEscape(election) + "/transfer?" + query.Encode()
 	if err := adminCall(adminAddr, http.MethodPost, uri, &result); err != nil {
 		return err
 	}
@@ -380,4 +447,21 @@ func leaderTransfer(out io.Writer, adminAddr, election, to string) error {
 		_, err = fmt.Fprintf(out, "warning: %s\n", result.Warning)
 	}
 	return err
+}
+
+// checkDurationFlag checks a duration flag before it is sent: a number without a unit is the
+// usual slip.
+func checkDurationFlag(flag, value string) error {
+	if value == "" {
+		return nil
+	}
+	d, err := caddy.ParseDuration(value)
+	switch {
+	case err == nil && d >= 0:
+		return nil
+	case strings.Trim(value, "0123456789.") == "":
+		return fmt.Errorf("--%s: %q has no unit: write %ss, %sm or %sh", flag, value, value, value, value)
+	default:
+		return fmt.Errorf("--%s: %q is not a non-negative duration such as 30s, 5m or 1h", flag, value)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/elector/electortest"
 	"github.com/caddyleader/caddy-leader/etcdbackend"
 	"github.com/caddyleader/caddy-leader/internal/etcdtest"
 	"github.com/caddyleader/caddy-leader/internal/fleet"
@@ -43,7 +46,7 @@ func TestLeaderCommand(t *testing.T) {
 	status := func(t *testing.T) ElectionStatus {
 		t.Helper()
 		var out bytes.Buffer
-		if err := leaderStatus(&out, admin, true); err != nil {
+		if err := leaderStatus(&out, admin, "", true); err != nil {
 			t.Fatal(err)
 		}
 		var got struct{ Elections []ElectionStatus }
@@ -74,7 +77,7 @@ func TestLeaderCommand(t *testing.T) {
 
 	t.Run("status_table_has_a_row_per_election", func(t *testing.T) {
 		var out bytes.Buffer
-		if err := leaderStatus(&out, admin, false); err != nil {
+		if err := leaderStatus(&out, admin, "", false); err != nil {
 			t.Fatal(err)
 		}
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -108,7 +111,7 @@ func TestLeaderCommand(t *testing.T) {
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				var out bytes.Buffer
-				if err := leaderStatus(&out, admin, false); err != nil {
+				if err := leaderStatus(&out, admin, "", false); err != nil {
 					t.Fatal(err)
 				}
 				for _, line := range strings.Split(out.String(), "\n") {
@@ -151,7 +154,7 @@ func TestLeaderCommand(t *testing.T) {
 			return err == nil && len(list) == 2
 		})
 		var out bytes.Buffer
-		err = leaderTransfer(&out, admin, "", "never")
+		err = leaderTransfer(&out, admin, "", "never", "")
 		want := `transfer of election "cmd": "never" has priority 0, so it never leads (HTTP 409)`
 		if err == nil || err.Error() != want {
 			t.Errorf("transfer --to never: err = %v, want %q", err, want)
@@ -160,7 +163,7 @@ func TestLeaderCommand(t *testing.T) {
 
 	t.Run("transfer_to_an_unknown_candidate_fails_naming_it", func(t *testing.T) {
 		var out bytes.Buffer
-		err := leaderTransfer(&out, admin, "", "nobody")
+		err := leaderTransfer(&out, admin, "", "nobody", "")
 		if err == nil || !strings.Contains(err.Error(), "nobody") || !strings.Contains(err.Error(), "(HTTP 400)") || strings.Contains(err.Error(), `\"`) {
 			t.Errorf("transfer --to nobody: err = %v, output %q", err, out.String())
 		}
@@ -170,7 +173,7 @@ func TestLeaderCommand(t *testing.T) {
 	})
 
 	t.Run("transfer_needs_to", func(t *testing.T) {
-		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", ""); err == nil || !strings.Contains(err.Error(), "--to") {
+		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", "", ""); err == nil || !strings.Contains(err.Error(), "--to") {
 			t.Errorf("transfer without --to: err = %v", err)
 		}
 	})
@@ -197,7 +200,7 @@ func TestLeaderCommand(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", "peer2"); err != nil {
+		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", "peer2", ""); err != nil {
 			t.Fatal(err)
 		}
 		// The transfer returns once cmd-node has let go; the peer's term counts once it
@@ -266,7 +269,7 @@ func TestLeaderCommand(t *testing.T) {
 	})
 
 	t.Run("no_admin_api_is_an_error", func(t *testing.T) {
-		if err := leaderStatus(new(bytes.Buffer), fmt.Sprintf("127.0.0.1:%d", freeport.MustPick(t, 1)[0]), false); err == nil {
+		if err := leaderStatus(new(bytes.Buffer), fmt.Sprintf("127.0.0.1:%d", freeport.MustPick(t, 1)[0]), "", false); err == nil {
 			t.Error("status against a closed port succeeded")
 		}
 	})
@@ -385,10 +388,10 @@ func TestLeaderCommandRegistered(t *testing.T) {
 		sub   string
 		flags []string
 	}{
-		{"status", []string{"json", "address", "config", "adapter"}},
+		{"status", []string{"election", "json", "address", "config", "adapter"}},
 		{"history", []string{"election", "json", "address", "config", "adapter"}},
 		{"resign", []string{"election", "hold-off", "address", "config", "adapter"}},
-		{"transfer", []string{"to", "election", "address", "config", "adapter"}},
+		{"transfer", []string{"to", "election", "timeout", "address", "config", "adapter"}},
 	} {
 		t.Run(c.sub, func(t *testing.T) {
 			sub, _, err := root.Find([]string{c.sub})
@@ -426,5 +429,139 @@ func TestPreemptedTransfer(t *testing.T) {
 				t.Errorf("got %q, want %q", got, c.want)
 			}
 		})
+	}
+}
+
+// leaderRoot is the `caddy leader` command tree as Caddy builds it, its errors written to errs.
+func leaderRoot(t *testing.T, errs *bytes.Buffer) *cobra.Command {
+	t.Helper()
+	root := &cobra.Command{Use: "caddy", SilenceUsage: true}
+	leader := &cobra.Command{Use: "leader"}
+	caddycmd.Commands()["leader"].CobraFunc(leader)
+	root.AddCommand(leader)
+	root.SetErr(errs)
+	root.SetOut(new(bytes.Buffer))
+	return root
+}
+
+// TestLeaderCommandMisuse: a flag, argument or subcommand that `caddy leader` does not know
+// gets an error that names it (cobra's, printed as `caddy reload --bogus` prints it), and
+// the flags every subcommand takes are accepted. No admin API is needed: each case fails
+// before any request, or succeeds at parsing and fails on the closed admin port.
+func TestLeaderCommandMisuse(t *testing.T) {
+	closed := fmt.Sprintf("127.0.0.1:%d", freeport.MustPick(t, 1)[0])
+	for _, c := range []struct {
+		name string
+		args []string
+		want string // in the printed error; "" for a parse that must succeed
+	}{
+		{"unknown_flag_is_named", []string{"status", "--bogus"}, "unknown flag: --bogus (see 'caddy leader status --help')"},
+		{"extra_argument_is_named", []string{"resign", "extra"}, `unknown command "extra" for "caddy leader resign"`},
+		{"unknown_subcommand_is_named_not_its_flags", []string{"frobnicate", "--address", "X"}, `unknown subcommand "frobnicate" for "caddy leader": use status, history, resign or transfer`},
+		{"status_takes_election", []string{"status", "--election", "default", "--address", closed}, ""},
+		{"history_takes_election", []string{"history", "--election", "default", "--address", closed}, ""},
+		{"resign_takes_election", []string{"resign", "--election", "default", "--address", closed}, ""},
+		{"transfer_takes_timeout", []string{"transfer", "--to", "a", "--timeout", "5s", "--election", "default", "--address", closed}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var errs bytes.Buffer
+			root := leaderRoot(t, &errs)
+			root.SetArgs(append([]string{"leader"}, c.args...))
+			_, err := root.ExecuteC()
+			if c.want == "" {
+				// Parsed: the command ran and failed on the closed port, saying so itself.
+				if !strings.Contains(errs.String(), "the admin API did not answer") {
+					t.Errorf("%v: want it parsed, then refused by the closed admin port; printed %q", c.args, errs.String())
+				}
+				return
+			}
+			if err == nil || !strings.Contains(errs.String(), c.want) {
+				t.Errorf("%v: error %v, printed %q; want it to print %q", c.args, err, errs.String(), c.want)
+			}
+		})
+	}
+}
+
+// TestLeaderCommandAnswers covers what the command says about its input and about answers
+// that are not what it expects, against a stand-in for the admin API (or a site's port).
+func TestLeaderCommandAnswers(t *testing.T) {
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, "<!DOCTYPE html>\n<html><body>my site</body></html>")
+	}))
+	t.Cleanup(site.Close)
+	emptyHistory := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"election":"default","terms":[]}`)
+	}))
+	t.Cleanup(emptyHistory.Close)
+	siteAddr := strings.TrimPrefix(site.URL, "http://")
+
+	for _, c := range []struct {
+		name    string
+		run     func(out *bytes.Buffer) error
+		wantErr string
+		wantOut string
+	}{
+		{"hold_off_without_unit", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "5") },
+			`--hold-off: "5" has no unit: write 5s, 5m or 5h`, ""},
+		{"hold_off_not_a_duration", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "soon") },
+			`--hold-off: "soon" is not a non-negative duration`, ""},
+		{"timeout_without_unit", func(out *bytes.Buffer) error { return leaderTransfer(out, siteAddr, "default", "a", "20") },
+			`--timeout: "20" has no unit`, ""},
+		{"a_site_port_is_not_the_admin_api", func(out *bytes.Buffer) error { return leaderStatus(out, siteAddr, "", false) },
+			"answered HTTP 200 with text/html; charset=utf-8 (\"<!DOCTYPE html> <html><body>my site</body></html>\"), not the admin API's JSON: is it the admin address", ""},
+		{"empty_history_says_so", func(out *bytes.Buffer) error {
+			return leaderHistory(out, strings.TrimPrefix(emptyHistory.URL, "http://"), "default", false)
+		}, "", "election default: no term has ended yet"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := c.run(&out)
+			switch {
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Errorf("error %v, want one containing %q", err, c.wantErr)
+			case c.wantErr == "" && err != nil:
+				t.Errorf("unexpected error: %v", err)
+			case !strings.Contains(out.String(), c.wantOut):
+				t.Errorf("printed %q, want %q", out.String(), c.wantOut)
+			}
+		})
+	}
+}
+
+func TestAdminAddress(t *testing.T) {
+	for _, c := range []struct{ in, want, wantErr string }{
+		{"127.0.0.1:2019", "127.0.0.1:2019", ""},
+		{"http://127.0.0.1:2019", "127.0.0.1:2019", ""},
+		{"http://localhost:2020/", "localhost:2020", ""},
+		{"https://localhost:2019", "", "the admin API answers plain HTTP"},
+		{"http://localhost:2019/leader/", "", "give the admin API's host:port"},
+	} {
+		t.Run(c.in, func(t *testing.T) {
+			got, err := adminAddress(c.in, "", "")
+			switch {
+			case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+				t.Errorf("error %v, want one containing %q", err, c.wantErr)
+			case c.wantErr == "" && (err != nil || got != c.want):
+				t.Errorf("got %q, %v; want %q", got, err, c.want)
+			}
+		})
+	}
+}
+
+// TestResignWithoutStoreNamesIt: a resign asked while this instance cannot reach its store
+// says so, instead of only that no leader is known.
+func TestResignWithoutStoreNamesIt(t *testing.T) {
+	store := electortest.NewStore()
+	a := memoryCandidate(t, store, "a", 1)
+	waitUntil(t, "a is healthy", a.Healthy)
+	if got := storeTrouble(a); got != "" {
+		t.Errorf("with the store answering: %q, want nothing", got)
+	}
+	store.SetDown(errors.New("frozen"))
+	waitUntil(t, "a's lease runs out", func() bool { return !a.Healthy() })
+	if got := storeTrouble(a); !strings.Contains(got, "cannot reach its store") || !strings.Contains(got, "its last answer came") {
+		t.Errorf("with the store down: %q, want it to say that the store cannot be reached and since when", got)
 	}
 }

@@ -26,6 +26,7 @@ const (
 const (
 	HealthRoleLeader    = "leader"
 	HealthRoleStandby   = "standby"
+	HealthRoleSettling  = RoleSettling
 	HealthRoleUnhealthy = "unhealthy"
 )
 
@@ -36,7 +37,8 @@ const (
 //	200  leader: it leads, by the same per-request test as `leader_gate`
 //	429  healthy standby: it takes part and its lease is live, but it does not lead (a
 //	     follower, an instance handing over, one held off after a resign, or any instance
-//	     while no one leads)
+//	     while no one leads); the role is "settling" for an instance that has just taken
+//	     the key and waits, up to one ttl, for the previous term to be proven over
 //	503  unhealthy: its lease is not live (the store is out of reach, it has not joined
 //	     yet) or it is leaving the election
 //
@@ -119,7 +121,7 @@ func checkHealthStatus(code int) error {
 type HealthReport struct {
 	// Election is the election's name.
 	Election string `json:"election"`
-	// Role is leader, standby or unhealthy.
+	// Role is leader, settling, standby or unhealthy.
 	Role string `json:"role"`
 	// Self is this instance's instance_id.
 	Self string `json:"self"`
@@ -144,11 +146,15 @@ func (h *HealthHandler) report() (HealthReport, int) {
 		r.Role, r.Detail = HealthRoleLeader, "this instance leads"
 		return r, h.LeaderStatus
 	case h.election.Healthy():
-		r.Role = HealthRoleStandby
 		status := h.StandbyStatus
 		if h.StandbyOK {
 			status = h.LeaderStatus
 		}
+		if settling(t) {
+			r.Role, r.Detail = HealthRoleSettling, "this instance holds the key and waits, up to one ttl, for the previous term to be proven over before it admits"
+			return r, status
+		}
+		r.Role = HealthRoleStandby
 		r.Detail = "a healthy standby; " + whoLeads(t)
 		return r, status
 	default:

@@ -152,6 +152,7 @@ var candidates = caddy.NewUsagePool()
 type pooledCandidate struct {
 	*elector.Candidate
 	failsafe *failsafeServer // nil without failsafe
+	store    string          // the store's module id (leader.stores.etcd, ...), for messages
 }
 
 // Destruct implements caddy.Destructor: hand over and leave the fleet.
@@ -204,7 +205,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		p := pooledCandidate{Candidate: c}
+		p := pooledCandidate{Candidate: c, store: "the store"}
+		if m, ok := store.(caddy.Module); ok {
+			p.store = m.CaddyModule().ID.Name() + " (" + string(m.CaddyModule().ID) + ")"
+		}
 		if a.Failsafe != nil {
 			if p.failsafe, err = startFailsafeServer(a.Failsafe, c, caddy.Log().Named("leader.failsafe")); err != nil {
 				return nil, err

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
 // readme is README.md with Unix line ends.
@@ -78,5 +79,19 @@ func TestReadmeQuickstart(t *testing.T) {
 	}
 	if strings.Contains(quick, "| jq") {
 		t.Error("the quick start still pipes curl into jq")
+	}
+}
+
+// TestReadmeCaddyfilesFormatted: every Caddyfile the README shows is written as `caddy fmt`
+// writes it, so that one copied into a file loads without Caddy's "input is not formatted"
+// warning.
+func TestReadmeCaddyfilesFormatted(t *testing.T) {
+	text := readme(t)
+	for _, m := range caddyfileBlock.FindAllStringSubmatchIndex(text, -1) {
+		block := text[m[2]:m[3]]
+		line := strings.Count(text[:m[0]], "\n") + 2 // the block's first line
+		if w, different := caddyfile.FormattingDifference("README.md", []byte(block)); different {
+			t.Errorf("README.md:%d: the Caddyfile block is not formatted as `caddy fmt` would (its line %d differs)", line, w.Line)
+		}
 	}
 }

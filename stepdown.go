@@ -1,6 +1,7 @@
 package caddyleader
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -200,6 +201,7 @@ func unmarshalStepDown(d *caddyfile.Dispenser) (*StepDown, error) {
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
+	var timeoutAt position
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		switch sub := d.Val(); sub {
 		case "interval":
@@ -207,6 +209,7 @@ func unmarshalStepDown(d *caddyfile.Dispenser) (*StepDown, error) {
 				return nil, err
 			}
 		case "timeout":
+			timeoutAt = at(d)
 			if err := positiveDurationArg(d, &s.Timeout, DefaultStepDownTimeout); err != nil {
 				return nil, err
 			}
@@ -227,6 +230,10 @@ func unmarshalStepDown(d *caddyfile.Dispenser) (*StepDown, error) {
 		default:
 			return nil, d.Errf("unrecognized step_down_when_unhealthy option %q", sub)
 		}
+	}
+	if interval := cmp.Or(s.Interval, caddy.Duration(DefaultStepDownInterval)); s.Timeout > interval {
+		return nil, timeoutAt.errf("step_down_when_unhealthy: timeout: %s is above interval (%s): a probe must end before the next one starts",
+			time.Duration(s.Timeout), time.Duration(interval))
 	}
 	return s, nil
 }

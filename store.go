@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -123,10 +124,22 @@ func (s *EtcdStore) check() error {
 			return fmt.Errorf("endpoints: %v", err)
 		}
 	}
+	if err := checkPrefix(s.Prefix); err != nil {
+		return fmt.Errorf("prefix: %v", err)
+	}
 	if s.DialTimeout < 0 {
 		return fmt.Errorf("dial_timeout: %s is negative", time.Duration(s.DialTimeout))
 	}
 	return s.checkSecurity()
+}
+
+// checkPrefix refuses a key prefix that does not end with a slash: the election's name is
+// appended to it as it is, so "caddy" would make the key "caddydefault".
+func checkPrefix(prefix string) error {
+	if !strings.HasSuffix(prefix, "/") {
+		return fmt.Errorf("%q does not end with /: the election's name is appended to it (the key would be %q); write %q", prefix, prefix+DefaultElection, prefix+"/")
+	}
+	return nil
 }
 
 // load reads the TLS files.

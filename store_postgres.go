@@ -186,6 +186,9 @@ func (p *PostgresStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, dst); err != nil {
 				return err
 			}
+			if opt == "password" {
+				warnLiteralPassword(d, p.Password)
+			}
 		case "skip_schema":
 			if d.NextArg() {
 				return d.ArgErr()

@@ -7,9 +7,12 @@
 # with a line that says which tests were skipped and why, or that none was.
 #   ./test.sh             install what is missing, then test
 #   ./test.sh --install   only install what is missing
+#   ./test.sh --short     the quick tier: go test -short -count=1 ./... in every module, no
+#                         installs and no race detector (a few minutes on 2 cores): the
+#                         elector, the conformance suite on the in-memory store, every config
+#                         golden and the unit tests; whatever starts a store, a Caddy process
+#                         or a build is skipped
 # TEST_PACKAGES narrows the packages (default ./...); TEST_NO_INSTALL=1 skips the installs.
-# For a quick inner loop, run the plain go test command (or go test -short ./...) yourself:
-# without the installs, the tests of the missing parts are skipped.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -88,9 +91,13 @@ install_missing() {
 	fi
 }
 
-[[ -n ${TEST_NO_INSTALL:-} ]] || install_missing
-[[ ${1:-} == --install ]] && exit 0
-[[ $# -eq 0 ]] || { echo "usage: ./test.sh [--install]" >&2; exit 2; }
+mode=${1:-}
+if [[ $# -gt 1 || ! $mode =~ ^(|--install|--short)$ ]]; then
+	echo "usage: ./test.sh [--install | --short]" >&2
+	exit 2
+fi
+[[ $mode == --short || -n ${TEST_NO_INSTALL:-} ]] || install_missing
+[[ $mode == --install ]] && exit 0
 
 report=$(mktemp -d)
 trap 'rm -rf "$report"' EXIT
@@ -101,15 +108,38 @@ modules=()
 while read -r mod; do
 	modules+=("$(dirname "$mod")")
 done < <(find . -name go.mod -not -path './tools/*' -not -path '*/testdata/*' | sort)
-for dir in "${modules[@]}"; do
-	step "go test -race -count=1 -timeout 45m ${TEST_PACKAGES:-./...} (in ${dir})"
-	# The JSON keeps every skip and its reason; testreport prints what a plain go test
-	# prints as it comes, and the skips at the end.
+flags=(-race -count=1 -timeout 45m)
+[[ $mode != --short ]] || flags=(-short -count=1 -timeout 10m)
+
+# test_module DIR LOG: go test in the module at DIR, its report printed and kept in LOG,
+# its exit status in LOG.status. The JSON keeps every skip and its reason; testreport prints
+# what a plain go test prints as it comes, and the skips at the end.
+test_module() {
+	local dir=$1 log=$2
 	set +e
-	(cd "$dir" && go test -race -count=1 -timeout 45m -json ${TEST_PACKAGES:-./...}) | "$report/testreport" | tee "$report/log"
-	[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+	(cd "$dir" && go test "${flags[@]}" -json ${TEST_PACKAGES:-./...}) | "$report/testreport" | tee "$log"
+	echo "${PIPESTATUS[0]}" >"$log.status"
 	set -e
-	sed -n '/^testreport: /,$p' "$report/log" | sed "s|^testreport: |in $dir: |" >>"$report/skips"
+}
+
+if [[ $mode == --short ]]; then
+	# The quick tier runs the modules side by side: much of it is the elector's tests
+	# waiting out real time, which leaves the cores to the other modules' builds.
+	for i in "${!modules[@]}"; do
+		test_module "${modules[$i]}" "$report/$i.log" >/dev/null &
+	done
+	wait
+fi
+for i in "${!modules[@]}"; do
+	dir=${modules[$i]}
+	step "go test ${flags[*]} ${TEST_PACKAGES:-./...} (in ${dir})"
+	if [[ $mode == --short ]]; then
+		cat "$report/$i.log"
+	else
+		test_module "$dir" "$report/$i.log"
+	fi
+	[[ $(<"$report/$i.log.status") -eq 0 ]] || status=1
+	sed -n '/^testreport: /,$p' "$report/$i.log" | sed "s|^testreport: |in $dir: |" >>"$report/skips"
 done
 if [[ ${#modules[@]} -gt 1 ]]; then
 	step "skipped, module by module"

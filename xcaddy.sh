@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build or run Caddy with caddy-leader from this checkout, the way a user would with xcaddy.
-# The binary is always ./caddy in the repository root.
+# The binary is ./caddy in the repository root (XCADDY_OUTPUT names another path).
 set -euo pipefail
 
 # Every path below is relative to the repository root, wherever the caller stands.
@@ -8,12 +8,36 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 readonly plugin_module=github.com/caddyleader/caddy-leader
 readonly l4_module=github.com/caddyleader/caddy-leader/l4
+# caddy-l4 itself, at the version l4/go.mod requires: the l4 module brings only caddy-l4's
+# core, and the recipes of docs/layer4.md need its handlers (proxy) too.
+readonly caddy_l4_module=github.com/mholt/caddy-l4@v0.1.2
 caddy_version=${CADDY_VERSION:-v2.11.9}
+# The binary that build writes; XCADDY_OUTPUT changes it for the build command only.
+output=./caddy
 
 # The modules this plugin registers; a binary that lacks one of them was built without it.
-readonly plugin_modules=(leader http.handlers.leader_gate http.matchers.leader events.handlers.leader_webhook http.handlers.leader_status admin.api.leader_status)
-# The layer-4 modules, checked too when ./caddy is built with --l4.
-readonly l4_modules=(layer4.matchers.leader layer4.handlers.leader_gate)
+readonly plugin_modules=(
+	admin.api.leader
+	admin.api.leader_status
+	events.handlers.leader_webhook
+	http.handlers.leader_gate
+	http.handlers.leader_health
+	http.handlers.leader_status
+	http.matchers.leader
+	http.matchers.leader_candidate
+	http.reverse_proxy.upstreams.leader
+	leader
+	leader.stores.etcd
+	leader.stores.postgres
+)
+# Checked too when ./caddy is built with --l4: the layer-4 modules of this plugin, and the
+# caddy-l4 modules that the recipes of docs/layer4.md use (the layer4 app, its proxy handler).
+readonly l4_modules=(
+	layer4.matchers.leader
+	layer4.handlers.leader_gate
+	layer4
+	layer4.handlers.proxy
+)
 
 usage() {
 	cat <<EOF
@@ -24,8 +48,13 @@ Commands:
                           Build ./caddy with this plugin from the checkout, pinned to
                           Caddy $caddy_version (set CADDY_VERSION to change it), then
                           check that 'caddy list-modules' shows the plugin's modules.
-                          --l4 adds the layer-4 modules (the l4/ module, with caddy-l4).
+                          --l4 adds the layer-4 modules (the l4/ module) and all of
+                          caddy-l4 (its layer4 app and handlers, which the recipes use).
                           XCADDY_ARGS are passed on to 'xcaddy build' (e.g. --with MODULE).
+                          A first build downloads Caddy's dependencies and compiles
+                          about 1,000 packages: 10 to 20 minutes on 2 cores; later
+                          builds reuse Go's caches and take about a minute. It prints
+                          each module it downloads and each package it compiles.
   run [CADDY_ARGS...]     Build ./caddy if it is missing or older than the Go sources,
                           then run './caddy run CADDY_ARGS...' (default:
                           --config quickstart.Caddyfile). If ETCD_ENDPOINTS is unset, it
@@ -62,6 +91,10 @@ Environment for 'run' and 'etcd' (the defaults suit a one-machine try-out):
   XCADDY_ETCD_DATA    a directory that keeps its data across restarts (default: none, a
                       temporary directory deleted when it stops)
   XCADDY_ETCD_BIN     where its binary is built (default: ./etcd-local)
+
+Environment for 'build':
+  XCADDY_OUTPUT       the absolute path to write the binary to (default: ./caddy)
+  XCADDY_GO_BUILD_FLAGS  xcaddy's own: the go build flags (default: -v and xcaddy's defaults)
 EOF
 }
 
@@ -91,8 +124,15 @@ build() {
 	local with_l4=()
 	if [[ ${1:-} == --l4 ]]; then
 		shift
-		with_l4=(--with "$l4_module@v0.0.0=$PWD/l4")
+		with_l4=(--with "$l4_module@v0.0.0=$PWD/l4" --with "$caddy_l4_module")
 	fi
+
+	# -v makes go print each package it compiles: a first build is long, and silent
+	# otherwise. The rest are xcaddy's defaults, which a flag of ours would replace.
+	export XCADDY_GO_BUILD_FLAGS=${XCADDY_GO_BUILD_FLAGS:-"-v -ldflags '-w -s' -trimpath -tags nobadger,nomysql,nopgx"}
+	printf "Building %s: a first build downloads Caddy's dependencies and compiles about 1,000\n" "$output"
+	printf "packages: 10 to 20 minutes on 2 cores; later builds reuse Go's caches (about a minute).\n"
+	printf "Go names each module it downloads and each package it compiles as it goes.\n"
 
 	# Ctrl-C stops xcaddy too; that is no build failure to report.
 	local interrupted=false
@@ -100,33 +140,33 @@ build() {
 	# The @v0.0.0 is needed: without a version, xcaddy's `go get` asks the module proxy for
 	# the plugin's latest version despite the replacement, and the proxy may not serve it.
 	run_cmd "${xcaddy[@]}" build "$caddy_version" \
-		--output "$PWD/caddy" \
+		--output "$output" \
 		--with "$plugin_module@v0.0.0=$PWD" \
 		"${with_l4[@]}" \
 		"$@" || {
 		$interrupted && exit 130
-		die "building ./caddy failed; the output above says why"
+		die "building $output failed; the output above says why"
 	}
 	trap - INT
 
 	check_modules "${plugin_modules[@]}" ${with_l4[@]:+"${l4_modules[@]}"}
 }
 
-# check_modules MODULE...: ./caddy lists every MODULE.
+# check_modules MODULE...: the built binary lists every MODULE.
 check_modules() {
-	[[ -x ./caddy ]] || die "the build finished but ./caddy is missing or not executable"
+	[[ -x $output ]] || die "the build finished but $output is missing or not executable"
 
 	local listed
-	listed=$(./caddy list-modules) || die "./caddy list-modules failed"
+	listed=$("$output" list-modules) || die "$output list-modules failed"
 
 	local missing=() module
 	for module in "$@"; do
 		grep -Fqx -- "$module" <<<"$listed" || missing+=("$module")
 	done
 	if ((${#missing[@]} > 0)); then
-		die "./caddy was built but does not list these caddy-leader modules: ${missing[*]}"
+		die "$output was built but does not list these modules: ${missing[*]}"
 	fi
-	printf 'ok: ./caddy lists %s\n' "$*"
+	printf 'ok: %s lists %s\n' "$output" "$*"
 }
 
 # needs_build BINARY [PATH...]: true when BINARY is missing, or when a Go source (tests
@@ -376,6 +416,7 @@ main() {
 	shift
 	case $command in
 	build)
+		output=${XCADDY_OUTPUT:-$output}
 		build "$@"
 		;;
 	run)

@@ -21,7 +21,8 @@ type Election struct {
 	Election string `json:"election"`
 	// Self is this instance's instance_id.
 	Self string `json:"self"`
-	// Role is leader, handing_over, follower, or candidate (no leader known).
+	// Role is leader, settling (holds the key and waits for the previous term to be proven
+	// over), handing_over, follower, or candidate (no leader known); see RoleLeader.
 	Role string `json:"role"`
 	// LeaderID is the current leader's instance_id; empty while none is known.
 	LeaderID string `json:"leader_id,omitempty"`
@@ -99,15 +100,6 @@ func withCandidates(ctx context.Context, s Election, e *elector.Election) Electi
 
 func statusOf(e *elector.Election, now time.Time) Election {
 	t := e.Term()
-	role := "candidate"
-	switch {
-	case t.Leading(now):
-		role = "leader"
-	case t.Holds():
-		role = "handing_over"
-	case t.LeaderKnown():
-		role = "follower"
-	}
 	var fs *elector.FailsafeStatus
 	if st := e.Failsafe(); st.Enabled {
 		fs = &st
@@ -117,7 +109,7 @@ func statusOf(e *elector.Election, now time.Time) Election {
 		Failsafe:       fs,
 		Election:       t.Election,
 		Self:           t.Self,
-		Role:           role,
+		Role:           RoleOf(t, now),
 		LeaderID:       t.Leader.ID,
 		LeaderURL:      t.Leader.URL,
 		Token:          t.Token,

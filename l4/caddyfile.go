@@ -30,8 +30,12 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	var followerAt int // the line of `follower`, where a missing companion option is reported
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		option := d.Val()
+		if option == "follower" {
+			followerAt = d.Line()
+		}
 		switch option {
 		case "election", "follower", "advertise", "upstream", "drain", "hold":
 		default:
@@ -68,6 +72,9 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		if d.NextArg() {
 			return d.ArgErr()
 		}
+	}
+	if err := g.checkProxy(); err != nil {
+		return fmt.Errorf("%v, at %s:%d", err, d.File(), followerAt)
 	}
 	return nil
 }

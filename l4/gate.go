@@ -2,8 +2,10 @@ package leaderl4
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -97,6 +99,8 @@ type Gate struct {
 	guard    *termconn.Guard
 	leaders  *leaderAddresses
 	logger   *zap.Logger
+	// warnedNoUpstream is set once noUpstream has warned; shared by copies of the gate.
+	warnedNoUpstream *atomic.Bool
 }
 
 // CaddyModule returns the Caddy module information.
@@ -110,6 +114,7 @@ func (*Gate) CaddyModule() caddy.ModuleInfo {
 // Provision implements caddy.Provisioner.
 func (g *Gate) Provision(ctx caddy.Context) error {
 	g.logger = ctx.Logger()
+	g.warnedNoUpstream = new(atomic.Bool)
 	repl := caddy.NewReplacer()
 	g.Advertise = repl.ReplaceKnown(g.Advertise, "")
 	if g.Follower == "" {
@@ -145,6 +150,9 @@ func (g *Gate) check() error {
 			return fmt.Errorf("layer4 leader_gate: %s: %v", field, err)
 		}
 	}
+	if err := g.checkProxy(); err != nil {
+		return fmt.Errorf("layer4 leader_gate: %v", err)
+	}
 	if g.Drain < 0 {
 		return fmt.Errorf("layer4 leader_gate: drain: %s is negative", time.Duration(g.Drain))
 	}
@@ -152,6 +160,36 @@ func (g *Gate) check() error {
 		return fmt.Errorf("layer4 leader_gate: hold: %s is negative", time.Duration(*g.Hold))
 	}
 	return nil
+}
+
+// checkProxy names what `follower proxy` needs and lacks: advertise, or every follower
+// would find no address to pass connections to and close each one, logging nothing; and
+// upstream, or the leader's {l4.leader.dial} would be empty and its proxy dial nothing.
+func (g *Gate) checkProxy() error {
+	if g.Follower != FollowerProxy {
+		return nil
+	}
+	switch {
+	case g.Advertise == "":
+		return errors.New("follower proxy needs advertise <host:port>, the address at which peers reach this instance's layer-4 server: without it no follower learns where the leader is, and each closes every connection")
+	case g.Upstream == "":
+		return errors.New("follower proxy needs upstream <host:port>, the local service that {l4.leader.dial} names on the leader: without it the leader's proxy {l4.leader.dial} dials nothing")
+	}
+	return nil
+}
+
+// noUpstream answers {l4.leader.dial} on the leader of a gate without upstream: empty, and
+// a warning the first time, since a `proxy {l4.leader.dial}` after this gate dials nothing.
+// The Caddyfile cannot see that proxy when it parses the gate, so this is said when it asks.
+func (g *Gate) noUpstream(key string) (any, bool) {
+	if key != phDial {
+		return nil, false
+	}
+	if g.warnedNoUpstream.CompareAndSwap(false, true) {
+		g.logger.Warn("{l4.leader.dial} is empty on the leader: this leader_gate has no upstream, so a proxy to {l4.leader.dial} dials nothing; set upstream <host:port> to the local service",
+			zap.String("election", g.Election))
+	}
+	return "", true
 }
 
 // checkHostPort checks an optional host:port; one with placeholders is checked when used.
@@ -179,7 +217,11 @@ func (g *Gate) Handle(cx *layer4.Connection, next layer4.Handler) error {
 		defer c.Done()
 		cx.Conn = c
 		setPlaceholders(repl, t, true, g.Advertise)
-		repl.Set(phDial, g.Upstream)
+		if g.Upstream != "" {
+			repl.Set(phDial, g.Upstream)
+		} else {
+			repl.Map(g.noUpstream)
+		}
 		return next.Handle(cx)
 	}
 	if g.Follower == FollowerClose || t.Holds() || !t.LeaderKnown() || t.Leader.HandingOver {

@@ -86,9 +86,13 @@ func Start(t testing.TB, n int) *Cluster {
 }
 
 // StartWith is Start with client TLS or authentication as opts say. With
-// RootPassword set, it returns once authentication is on.
+// RootPassword set, it returns once authentication is on. With -short (the quick tier of
+// tests) it skips the test instead: a real store is for the full run.
 func StartWith(t testing.TB, n int, opts Options) *Cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("etcdtest: starts an etcd cluster; skipped with -short")
+	}
 	if n < 1 {
 		t.Fatalf("etcdtest: cluster needs at least one member, got %d", n)
 	}

@@ -92,9 +92,13 @@ func Start(t testing.TB) *Server {
 	return StartWith(t, Options{})
 }
 
-// StartWith is Start with opts.
+// StartWith is Start with opts. With -short (the quick tier of tests) it skips the test
+// instead: a real store is for the full run.
 func StartWith(t testing.TB, opts Options) *Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("pgtest: starts a PostgreSQL server; skipped with -short")
+	}
 	s := newServer(t)
 	s.run(t, filepath.Join(s.bin, "initdb"), "-D", s.dir, "-U", Superuser, "--auth=trust", "-E", "UTF8", "--no-sync")
 	s.configure(t, opts.Settings)

@@ -48,9 +48,13 @@ type Server struct {
 
 // Start builds (once, see Build) and starts a kube-apiserver with its own etcd, and returns
 // once it is ready. Without a binary it fails the test under CI=true and skips it
-// elsewhere. t.Cleanup stops both.
+// elsewhere. t.Cleanup stops both. With -short (the quick tier of tests) it skips the test
+// instead: a real store is for the full run.
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("kubetest: starts a kube-apiserver; skipped with -short")
+	}
 	bin, err := Build()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
