@@ -69,6 +69,10 @@ type Candidate struct {
 	fs             candidateFailsafe
 	// boot names this process's candidacy, random at every start (see CandidateInfo.Boot).
 	boot string
+	// exiting is set once Leave or Close began: the lease is about to be revoked, which
+	// takes every key with it and leaves no acknowledgement, so a term that cannot
+	// complete its proof need not wait for it (see Election.handOver).
+	exiting atomic.Bool
 
 	ctx    context.Context // cancelled by Close: ends every loop
 	cancel context.CancelFunc
@@ -211,6 +215,7 @@ func (c *Candidate) Release(e *Election) {
 // shuts down) can be sent on to the successors. Close ends it. It blocks until every
 // handover is done or ctx ends.
 func (c *Candidate) Leave(ctx context.Context) error {
+	c.exiting.Store(true)
 	var wg sync.WaitGroup
 	errs := make(chan error, len(c.Elections()))
 	for _, e := range c.Elections() {
@@ -236,6 +241,7 @@ func (c *Candidate) Leave(ctx context.Context) error {
 func (c *Candidate) Close(ctx context.Context) error {
 	var err error
 	c.closeOnce.Do(func() {
+		c.exiting.Store(true)
 		c.mu.Lock()
 		c.closed = true
 		elections := make([]*Election, 0, len(c.elections))

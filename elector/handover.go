@@ -80,6 +80,16 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	// it is (a heartbeat deadline at most a TTL away, a failsafe fence once a member of
 	// the older roster answers); if ctx ends first, the release goes on in the background
 	// after that wait, and a process that exits meanwhile leaves no acknowledgement.
+	if !t.proof.isProven() && e.c.exiting.Load() {
+		// The process is leaving: its lease is revoked next, which deletes the key and
+		// acknowledges nothing, so the successor proves every earlier term stopped by
+		// itself. Waiting here would only hold up the exit, without bound while a
+		// failsafe fence goes unanswered.
+		heartbeat, failsafe := t.proof.owes()
+		e.c.log().Info("leaving without acknowledging: this term has not yet proven every earlier term stopped; the lease's revoke removes the key",
+			zap.String("election", e.name), zap.Int64("token", t.Token), zap.Bool("heartbeat_owed", heartbeat), zap.Bool("failsafe_owed", failsafe))
+		return ErrUnproven
+	}
 	if !t.proof.isProven() {
 		heartbeat, failsafe := t.proof.owes()
 		e.c.log().Info("handing over once every earlier term is proven stopped",
