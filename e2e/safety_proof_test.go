@@ -1,0 +1,313 @@
+//go:build unix
+
+package e2e
+
+// TestSafetyOneProof walks the sequences of issue 25 in which a term began admitting
+// without proof that every older term had stopped, with real Caddy processes riding a
+// failsafe on a 3-member etcd cluster of real processes (each failsafe listener behind a
+// fault proxy, as in TestSafetyFailsafe):
+//
+//	go test -count=1 -v -run TestSafetyOneProof ./e2e/
+//
+// In every sequence the leader L is cut off from etcd and rides its failsafe while its
+// peers confirm it; a term won on the store's side meanwhile must not admit while L does:
+//
+//  1. a process started again under L's instance_id (a new VM with the old hostname);
+//  2. a newcomer W without failsafe that cannot reach the roster's members, whose term
+//     then ends by an operator's delete, a resign or a restart: what follows inherits
+//     what W's term still owed;
+//  3. an `end` of L's previous failsafe, captured on the link and replayed to its peers
+//     while L rides again, must not cancel their live confirmations.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/safety"
+)
+
+func TestSafetyOneProof(t *testing.T) {
+	needCaddy(t)
+	started := time.Now()
+	var reports []safetyReport
+	defer func() {
+		t.Logf("RESULTS (ttl %v, %d instances with failsafe, 3 etcd member processes, %d req/s; %v in all):%s", ttl, safetyInstances, safety.DefaultRate, time.Since(started).Round(time.Second), safety.Table(reports))
+	}()
+	for _, sc := range oneProofScenarios(t) {
+		t.Run(sc.Name, func(t *testing.T) {
+			reports = append(reports, runScenario(t, sc))
+		})
+	}
+}
+
+// proofWindow is how long a sequence lets the old leader ride after the new term could
+// have begun: long enough for a term that skips the proof to admit beside it.
+const proofWindow = 3 * ttl
+
+func oneProofScenarios(t *testing.T) []safetyScenario {
+	links := failsafeLinks{}
+	const load = 8*ttl + 6*time.Second
+	// The old leader rides past its lease deadline on purpose: Renews, and the checks
+	// below say it did ride.
+	riding := func(name string, fault func(s *scenarioRun)) safetyScenario {
+		return safetyScenario{Name: name, Load: load, Change: safety.MustChange, Renews: true,
+			Config: withFailsafe(t, links), Fault: fault,
+			Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) { ridesOut(t, s, "new term") }}
+	}
+	return []safetyScenario{
+		riding("1_reused_instance_id_started_on_the_store_side", func(s *scenarioRun) {
+			old := cutOffRiding(s)
+			twin := startOnStoreSide(s, old.ID, true)
+			s.Load.Add(twin)
+			waitHolder(s, twin)
+			s.Mark("new term")
+			s.Notes = append(s.Notes, fmt.Sprintf("a second %s started on etcd's side while %s rode", twin, old))
+			time.Sleep(proofWindow)
+			// The old VM is gone for good; the peers' last confirmations run out.
+			s.Load.MarkDown(old)
+			old.Kill()
+			s.Survivors = append(others(s.Fleet, old), twin)
+		}),
+		riding("2a_unproven_winner_key_deleted", inheritedFault(links, func(s *scenarioRun, w *Instance) *Instance {
+			if err := deleteElectionKey(s, s.Store.Client()); err != nil {
+				s.T.Fatal(err)
+			}
+			return w
+		})),
+		riding("2b_unproven_winner_resigns", inheritedFault(links, func(s *scenarioRun, w *Instance) *Instance {
+			// A term that owes its proof cannot vouch for its end: the resign must not
+			// come back as a release.
+			resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost,
+				fmt.Sprintf("http://127.0.0.1:%d/leader/default/resign?hold_off=1s", w.AdminPort), nil, 2*ttl)
+			if err == nil && resp.Status == http.StatusOK {
+				s.Notes = append(s.Notes, fmt.Sprintf("%s's resign answered 200 %s", w, resp.Body))
+			} else {
+				s.Notes = append(s.Notes, fmt.Sprintf("%s's resign: %v %d", w, err, resp.Status))
+			}
+			return w
+		})),
+		riding("2c_unproven_winner_restarted", inheritedFault(links, func(s *scenarioRun, w *Instance) *Instance {
+			s.Load.MarkDown(w)
+			w.Term()
+			again := startOnStoreSide(s, w.ID, false)
+			s.Load.Add(again)
+			return again
+		})),
+		riding("3_replayed_failsafe_end", replayedEndFault(links)),
+	}
+}
+
+// cutOffRiding cuts the leader off from etcd once its roster is confirmed, and returns it
+// once it leads through a failsafe round its peers confirmed.
+func cutOffRiding(s *scenarioRun) *Instance {
+	old := s.Leader
+	waitRoster(s)
+	s.Cut(old)
+	s.T.Cleanup(func() { s.Heal(old) })
+	waitRiding(s, old, 0)
+	return old
+}
+
+// failsafeOf reads in's failsafe state from its admin API.
+func failsafeOf(in *Instance) (active bool, confirmed int64, err error) {
+	var status struct {
+		Elections []struct {
+			Failsafe struct {
+				Active  bool  `json:"active"`
+				Rounds  int64 `json:"rounds"`
+				Refused int64 `json:"refused"`
+			} `json:"failsafe"`
+		} `json:"elections"`
+	}
+	resp, err := in.Admin(http.MethodGet, "/leader/", nil)
+	if err != nil {
+		return false, 0, err
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &status); err != nil || len(status.Elections) != 1 {
+		return false, 0, fmt.Errorf("GET /leader/: %v %s", err, resp.Body)
+	}
+	f := status.Elections[0].Failsafe
+	return f.Active, f.Rounds - f.Refused, nil
+}
+
+// waitRiding waits until in leads through a failsafe with more than after rounds
+// confirmed, and returns how many are.
+func waitRiding(s *scenarioRun, in *Instance, after int64) int64 {
+	s.T.Helper()
+	deadline := time.Now().Add(5 * ttl)
+	for {
+		active, confirmed, err := failsafeOf(in)
+		if err == nil && active && confirmed > after {
+			return confirmed
+		}
+		if time.Now().After(deadline) {
+			s.T.Fatalf("%s does not ride a failsafe (active %v, %d rounds confirmed, %v)", in, active, confirmed, err)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// startOnStoreSide starts instance id reaching every etcd member directly, with a failsafe
+// listener of its own (on a port of its own, not behind a proxy) if failsafe is set.
+func startOnStoreSide(s *scenarioRun, id string, failsafe bool) *Instance {
+	cfg := s.Cfg
+	cfg.InstanceEndpoints = map[string][]string{id: {s.Store.Addr(0), s.Store.Addr(1), s.Store.Addr(2)}}
+	cfg.FailsafePorts, cfg.FailsafeURLs = maps.Clone(cfg.FailsafePorts), maps.Clone(cfg.FailsafeURLs)
+	delete(cfg.FailsafePorts, id)
+	delete(cfg.FailsafeURLs, id)
+	if failsafe {
+		port := freeport.MustPick(s.T, 1)[0]
+		cfg.FailsafePorts[id], cfg.FailsafeURLs[id] = port, fmt.Sprintf("http://127.0.0.1:%d", port)
+	}
+	return StartInstance(s.T, id, cfg)
+}
+
+// waitHolder waits until in names itself the leader: it holds the key, whether or not
+// it admits yet.
+func waitHolder(s *scenarioRun, in *Instance) {
+	s.T.Helper()
+	deadline := time.Now().Add(5 * ttl)
+	for {
+		if w, err := in.Whoami(); err == nil && w.Leader == in.ID && w.Token > s.Token {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.T.Fatalf("%s did not win the election while the old leader rode its failsafe", in)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// inheritedFault is case 2: while the leader rides, a newcomer W without failsafe wins on
+// etcd's side, but every new connection to the roster members' failsafe listeners is
+// dropped (the leader's own, open ones flow), so W cannot fence them and must not admit.
+// Then end ends W's term and returns the instance W is now; what follows must still wait
+// for the ride to end.
+func inheritedFault(links failsafeLinks, end func(s *scenarioRun, w *Instance) *Instance) func(s *scenarioRun) {
+	return func(s *scenarioRun) {
+		old := cutOffRiding(s)
+		peers := others(s.Fleet, old)
+		for _, p := range peers {
+			links[p.ID].BlackholeNew()
+		}
+		heal := func() {
+			for _, p := range peers {
+				links[p.ID].Heal()
+			}
+		}
+		s.T.Cleanup(heal)
+		w := startOnStoreSide(s, "c7", false)
+		s.Load.Add(w)
+		waitHolder(s, w)
+		time.Sleep(ttl / 2)
+		w = end(s, w)
+		s.Mark("new term")
+		time.Sleep(proofWindow)
+		heal()
+		s.Heal(old)
+		s.Survivors = append(append([]*Instance{}, s.Fleet...), w)
+		s.Notes = append(s.Notes, fmt.Sprintf("%s, without failsafe, won and could not reach %s's roster", w, old))
+	}
+}
+
+// replayedEndFault is case 3. The leader is cut off until it rides, and a newcomer W
+// without failsafe starts meanwhile (the leader cannot write it into its roster). The
+// leader's links come back: it ends its failsafe and tells its peers, and the `end` is
+// captured on the peers' links, the leader cut off again at that moment. Once it rides
+// again, the captured ends are replayed to the peers (within the ttl their clocks accept
+// a message for) while an operator deletes the election key: whoever wins must wait for
+// the confirmations the peers gave after the end.
+func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
+	return func(s *scenarioRun) {
+		old := s.Leader
+		peers := others(s.Fleet, old)
+		waitRoster(s)
+		type captured struct {
+			port int
+			body []byte
+		}
+		var (
+			mu       sync.Mutex
+			ends     []captured
+			recut    sync.Once
+			cutAgain = make(chan time.Time, 1)
+		)
+		for _, p := range peers {
+			port := s.Cfg.FailsafePorts[p.ID]
+			links[p.ID].Tap(func(b []byte) {
+				i := bytes.Index(b, []byte(`{"kind":"end"`))
+				if i < 0 {
+					return
+				}
+				recut.Do(func() {
+					s.Cut(old)
+					cutAgain <- time.Now()
+				})
+				mu.Lock()
+				ends = append(ends, captured{port, append([]byte(nil), b[i:]...)})
+				mu.Unlock()
+			})
+			s.T.Cleanup(func() { links[p.ID].Tap(nil) })
+		}
+
+		s.Cut(old)
+		s.T.Cleanup(func() { s.Heal(old) })
+		newcomer := make(chan *Instance, 1)
+		go func() { newcomer <- startOnStoreSide(s, "c7", false) }()
+		rounds := waitRiding(s, old, 0)
+		s.Heal(old) // the failsafe ends: its end is captured, and the leader cut off again
+		var capturedAt time.Time
+		select {
+		case capturedAt = <-cutAgain:
+		case <-time.After(5 * ttl):
+			s.T.Fatalf("%s sent its peers no failsafe end after its links came back", old)
+		}
+		w := <-newcomer
+		s.Load.Add(w)
+		s.Survivors = append(append([]*Instance{}, s.Fleet...), w)
+		waitRiding(s, old, rounds)
+
+		// Replay every captured end every 20ms until shortly before the peers would
+		// refuse it as too old; the operator deletes the key in the middle of it.
+		mu.Lock()
+		replay := append([]captured(nil), ends...)
+		mu.Unlock()
+		deleteAt := capturedAt.Add(ttl * 8 / 10)
+		stopAt := capturedAt.Add(ttl * 9 / 10)
+		deleted, accepted := false, 0
+		for time.Now().Before(stopAt) {
+			for _, c := range replay {
+				resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost,
+					fmt.Sprintf("http://127.0.0.1:%d/", c.port), c.body, ttl/4)
+				if err == nil && strings.Contains(resp.Body, `"accepted":true`) {
+					accepted++
+				}
+			}
+			if !deleted && !time.Now().Before(deleteAt) {
+				if err := deleteElectionKey(s, s.Store.Client()); err != nil {
+					s.T.Fatal(err)
+				}
+				deleted = true
+				s.Mark("new term")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !deleted {
+			s.T.Fatalf("the leader rode again too late: the captured end was too old to replay")
+		}
+		s.Notes = append(s.Notes, fmt.Sprintf("%d captured ends, replays accepted %d times; key deleted %s after the capture",
+			len(replay), accepted, safety.FmtDur(s.Marks["new term"].Sub(capturedAt))))
+		time.Sleep(proofWindow)
+		s.Heal(old)
+	}
+}
