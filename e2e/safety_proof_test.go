@@ -10,7 +10,8 @@ package e2e
 //	go test -count=1 -v -run TestSafetyOneProof ./e2e/
 //
 // In every sequence the leader L is cut off from etcd and rides its failsafe while its
-// peers confirm it; a term won on the store's side meanwhile must not admit while L does:
+// peers confirm it (in 1 and 2 the peers are cut off with it, on L's side of a partition);
+// a term won on the store's side meanwhile must not admit while L does:
 //
 //  1. a process started again under L's instance_id (a new VM with the old hostname);
 //  2. a newcomer W without failsafe that cannot reach the roster's members, whose term
@@ -26,6 +27,9 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -60,10 +64,20 @@ func oneProofScenarios(t *testing.T) []safetyScenario {
 	// The old leader rides past its lease deadline on purpose: Renews, and the checks
 	// below say it did ride.
 	riding := func(name string, fault func(s *scenarioRun)) safetyScenario {
+		var fleet []*Instance
 		return safetyScenario{Name: name, Load: load, Change: safety.MustChange, Renews: true,
-			Config: withFailsafe(t, links), Fault: fault,
-			Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) { ridesOut(t, s, "new term") }}
+			Config: withFailsafe(t, links), Fault: func(s *scenarioRun) {
+				fleet = s.Fleet
+				fault(s)
+			},
+			Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+				ridesOut(t, s, "new term")
+				logElection(s, s.FaultAt.Add(-time.Second), append(fleet, newcomers(s, fleet)...)...)
+			}}
 	}
+	// A ttl of 3s leaves room for the first outage of case 3 (see replayedEndFault).
+	replayed := riding("3_replayed_failsafe_end", replayedEndFault(links))
+	replayed.Config = both(replayed.Config, func(c *Config) { c.TTL = "3s" })
 	return []safetyScenario{
 		riding("1_reused_instance_id_started_on_the_store_side", func(s *scenarioRun) {
 			old := cutOffRiding(s)
@@ -76,6 +90,7 @@ func oneProofScenarios(t *testing.T) []safetyScenario {
 			// The old VM is gone for good; the peers' last confirmations run out.
 			s.Load.MarkDown(old)
 			old.Kill()
+			healFleet(s)
 			s.Survivors = append(others(s.Fleet, old), twin)
 		}),
 		riding("2a_unproven_winner_key_deleted", inheritedFault(links, func(s *scenarioRun, w *Instance) *Instance {
@@ -103,19 +118,34 @@ func oneProofScenarios(t *testing.T) []safetyScenario {
 			s.Load.Add(again)
 			return again
 		})),
-		riding("3_replayed_failsafe_end", replayedEndFault(links)),
+		replayed,
 	}
 }
 
-// cutOffRiding cuts the leader off from etcd once its roster is confirmed, and returns it
-// once it leads through a failsafe round its peers confirmed.
+// cutOffRiding cuts the whole fleet off from etcd once the leader's roster is confirmed,
+// the instances still reaching each other, and returns the leader once it leads through a
+// failsafe round its peers confirmed. healFleet undoes it.
 func cutOffRiding(s *scenarioRun) *Instance {
 	old := s.Leader
 	waitRoster(s)
-	s.Cut(old)
-	s.T.Cleanup(func() { s.Heal(old) })
+	fleet := s.Fleet
+	for _, in := range fleet {
+		s.Cut(in)
+	}
+	s.T.Cleanup(func() {
+		for _, in := range fleet {
+			s.Heal(in)
+		}
+	})
 	waitRiding(s, old, 0)
 	return old
+}
+
+// healFleet gives every instance of the fleet its links to etcd back.
+func healFleet(s *scenarioRun) {
+	for _, in := range s.Fleet {
+		s.Heal(in)
+	}
 }
 
 // failsafeOf reads in's failsafe state from its admin API.
@@ -153,7 +183,7 @@ func waitRiding(s *scenarioRun, in *Instance, after int64) int64 {
 		if time.Now().After(deadline) {
 			s.T.Fatalf("%s does not ride a failsafe (active %v, %d rounds confirmed, %v)", in, active, confirmed, err)
 		}
-		time.Sleep(pollInterval)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -188,21 +218,20 @@ func waitHolder(s *scenarioRun, in *Instance) {
 	}
 }
 
-// inheritedFault is case 2: while the leader rides, a newcomer W without failsafe wins on
-// etcd's side, but every new connection to the roster members' failsafe listeners is
+// inheritedFault is case 2: while the fleet is cut off from etcd and the leader rides, a
+// newcomer W without failsafe wins on etcd's side, but every new connection to the roster members' failsafe listeners is
 // dropped (the leader's own, open ones flow), so W cannot fence them and must not admit.
 // Then end ends W's term and returns the instance W is now; what follows must still wait
 // for the ride to end.
 func inheritedFault(links failsafeLinks, end func(s *scenarioRun, w *Instance) *Instance) func(s *scenarioRun) {
 	return func(s *scenarioRun) {
-		old := cutOffRiding(s)
-		peers := others(s.Fleet, old)
-		for _, p := range peers {
-			links[p.ID].BlackholeNew()
+		old, roster := cutOffRiding(s), s.Fleet
+		for _, in := range roster { // the leader's own listener answers a fence too
+			links[in.ID].BlackholeNew()
 		}
 		heal := func() {
-			for _, p := range peers {
-				links[p.ID].Heal()
+			for _, in := range roster {
+				links[in.ID].Heal()
 			}
 		}
 		s.T.Cleanup(heal)
@@ -214,13 +243,14 @@ func inheritedFault(links failsafeLinks, end func(s *scenarioRun, w *Instance) *
 		s.Mark("new term")
 		time.Sleep(proofWindow)
 		heal()
-		s.Heal(old)
+		healFleet(s)
 		s.Survivors = append(append([]*Instance{}, s.Fleet...), w)
 		s.Notes = append(s.Notes, fmt.Sprintf("%s, without failsafe, won and could not reach %s's roster", w, old))
 	}
 }
 
-// replayedEndFault is case 3. The leader is cut off until it rides, and a newcomer W
+// replayedEndFault is case 3. The leader is cut off until it rides (its lease must not run
+// out meanwhile: the fleet runs with a ttl of 3s), and a newcomer W
 // without failsafe starts meanwhile (the leader cannot write it into its roster). The
 // leader's links come back: it ends its failsafe and tells its peers, and the `end` is
 // captured on the peers' links, the leader cut off again at that moment. Once it rides
@@ -282,13 +312,13 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 		mu.Lock()
 		replay := append([]captured(nil), ends...)
 		mu.Unlock()
-		deleteAt := capturedAt.Add(ttl * 8 / 10)
-		stopAt := capturedAt.Add(ttl * 9 / 10)
+		deleteAt := capturedAt.Add(s.TTL() * 8 / 10)
+		stopAt := capturedAt.Add(s.TTL() * 9 / 10)
 		deleted, accepted := false, 0
 		for time.Now().Before(stopAt) {
 			for _, c := range replay {
 				resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost,
-					fmt.Sprintf("http://127.0.0.1:%d/", c.port), c.body, ttl/4)
+					fmt.Sprintf("http://127.0.0.1:%d/", c.port), c.body, s.TTL()/4)
 				if err == nil && strings.Contains(resp.Body, `"accepted":true`) {
 					accepted++
 				}
@@ -310,4 +340,56 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 		time.Sleep(proofWindow)
 		s.Heal(old)
 	}
+}
+
+// logElection logs, in time order, what every instance of ins logged about the election
+// since from (its leader and failsafe lines): who won which term, why it began admitting,
+// which failsafe rounds were refused. A double admission is read from them.
+func logElection(s *scenarioRun, from time.Time, ins ...*Instance) {
+	type line struct {
+		at   time.Time
+		text string
+	}
+	var lines []line
+	for _, in := range ins {
+		b, err := os.ReadFile(in.LogPath())
+		if err != nil {
+			continue
+		}
+		for _, raw := range bytes.Split(b, []byte("\n")) {
+			var e struct {
+				TS     float64 `json:"ts"`
+				Logger string  `json:"logger"`
+				Level  string  `json:"level"`
+				Msg    string  `json:"msg"`
+				Token  int64   `json:"token"`
+				Reason string  `json:"reason"`
+				Leader string  `json:"leader"`
+			}
+			if json.Unmarshal(raw, &e) != nil || !strings.HasPrefix(e.Logger, "leader") {
+				continue
+			}
+			at := time.Unix(0, int64(e.TS*1e9))
+			if at.Before(from) {
+				continue
+			}
+			lines = append(lines, line{at, fmt.Sprintf("%s %s(%d) %s: %s; leader %s, token %d, %s",
+				safety.FmtDur(at.Sub(s.FaultAt)), in.ID, in.Process().Pid(), e.Level, e.Msg, e.Leader, e.Token, e.Reason)})
+		}
+	}
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].at.Before(lines[j].at) })
+	for _, l := range lines {
+		s.T.Log(l.text)
+	}
+}
+
+// newcomers are the instances of the survivors that were not in fl.
+func newcomers(s *scenarioRun, fl []*Instance) []*Instance {
+	var out []*Instance
+	for _, in := range s.Survivors {
+		if !slices.Contains(fl, in) {
+			out = append(out, in)
+		}
+	}
+	return out
 }
