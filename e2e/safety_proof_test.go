@@ -28,7 +28,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -54,6 +53,9 @@ func TestSafetyOneProof(t *testing.T) {
 	}
 }
 
+// stopGrace is how long a restart waits for SIGTERM to end a process before SIGKILL.
+const stopGrace = 3 * ttl
+
 // proofWindow is how long a sequence lets the old leader ride after the new term could
 // have begun: long enough for a term that skips the proof to admit beside it.
 const proofWindow = 3 * ttl
@@ -64,18 +66,22 @@ func oneProofScenarios(t *testing.T) []safetyScenario {
 	// The old leader rides past its lease deadline on purpose: Renews, and the checks
 	// below say it did ride.
 	riding := func(name string, fault func(s *scenarioRun)) safetyScenario {
-		var fleet []*Instance
 		return safetyScenario{Name: name, Load: load, Change: safety.MustChange, Renews: true,
 			Config: withFailsafe(t, links), Fault: func(s *scenarioRun) {
-				fleet = s.Fleet
+				sequenceFleets.Store(s, s.Fleet)
+				defer func() {
+					if s.T.Failed() { // a fatal error in the sequence: Check will not run
+						logElection(s)
+					}
+				}()
 				fault(s)
 			},
 			Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				ridesOut(t, s, "new term")
-				logElection(s, s.FaultAt.Add(-time.Second), append(fleet, newcomers(s, fleet)...)...)
+				logElection(s)
 			}}
 	}
-	// A ttl of 3s leaves room for the first outage of case 3 (see replayedEndFault).
+	// A ttl of 3s leaves room for slowed renewals in case 3 (see replayedEndFault).
 	replayed := riding("3_replayed_failsafe_end", replayedEndFault(links))
 	replayed.Config = both(replayed.Config, func(c *Config) { c.TTL = "3s" })
 	return []safetyScenario{
@@ -112,8 +118,11 @@ func oneProofScenarios(t *testing.T) []safetyScenario {
 			return w
 		})),
 		riding("2c_unproven_winner_restarted", inheritedFault(links, func(s *scenarioRun, w *Instance) *Instance {
+			// SIGTERM, and SIGKILL after a grace period, as an orchestrator restarts.
 			s.Load.MarkDown(w)
-			w.Term()
+			sent := time.Now()
+			w.Process().Stop(stopGrace)
+			s.Notes = append(s.Notes, fmt.Sprintf("%s exited %s after SIGTERM (%v)", w, safety.FmtDur(time.Since(sent)), w.Process().ExitErr()))
 			again := startOnStoreSide(s, w.ID, false)
 			s.Load.Add(again)
 			return again
@@ -199,8 +208,15 @@ func startOnStoreSide(s *scenarioRun, id string, failsafe bool) *Instance {
 		port := freeport.MustPick(s.T, 1)[0]
 		cfg.FailsafePorts[id], cfg.FailsafeURLs[id] = port, fmt.Sprintf("http://127.0.0.1:%d", port)
 	}
-	return StartInstance(s.T, id, cfg)
+	in := StartInstance(s.T, id, cfg)
+	fl, _ := sequenceFleets.Load(s)
+	sequenceFleets.Store(s, append(fl.([]*Instance), in))
+	return in
 }
+
+// sequenceFleets holds, by run, every instance a sequence ran: its fleet and the instances
+// it started, whose logs logElection reads.
+var sequenceFleets sync.Map // *scenarioRun -> []*Instance
 
 // waitHolder waits until in names itself the leader: it holds the key, whether or not
 // it admits yet.
@@ -249,18 +265,16 @@ func inheritedFault(links failsafeLinks, end func(s *scenarioRun, w *Instance) *
 	}
 }
 
-// replayedEndFault is case 3. The leader is cut off until it rides (its lease must not run
-// out meanwhile: the fleet runs with a ttl of 3s), and a newcomer W
-// without failsafe starts meanwhile (the leader cannot write it into its roster). The
-// leader's links come back: it ends its failsafe and tells its peers, and the `end` is
-// captured on the peers' links, the leader cut off again at that moment. Once it rides
-// again, the captured ends are replayed to the peers (within the ttl their clocks accept
-// a message for) while an operator deletes the election key: whoever wins must wait for
-// the confirmations the peers gave after the end.
+// replayedEndFault is case 3. The leader's links to etcd are slowed, so that each renewal
+// comes back late enough for the leader to start a failsafe before it and end it after:
+// the `end` it then sends its peers is captured on their links, and the leader is cut off
+// at that moment. Once it rides again, the captured ends are replayed to the peers (until
+// shortly before their clocks would refuse them as too old) while an operator deletes the
+// election key: whoever wins must wait for the confirmations the peers gave after the end.
 func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 	return func(s *scenarioRun) {
 		old := s.Leader
-		peers := others(s.Fleet, old)
+		ttl := s.TTL()
 		waitRoster(s)
 		type captured struct {
 			port int
@@ -272,7 +286,7 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 			recut    sync.Once
 			cutAgain = make(chan time.Time, 1)
 		)
-		for _, p := range peers {
+		for _, p := range others(s.Fleet, old) {
 			port := s.Cfg.FailsafePorts[p.ID]
 			links[p.ID].Tap(func(b []byte) {
 				i := bytes.Index(b, []byte(`{"kind":"end"`))
@@ -289,43 +303,40 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 			})
 			s.T.Cleanup(func() { links[p.ID].Tap(nil) })
 		}
-
-		s.Cut(old)
 		s.T.Cleanup(func() { s.Heal(old) })
-		newcomer := make(chan *Instance, 1)
-		go func() { newcomer <- startOnStoreSide(s, "c7", false) }()
-		rounds := waitRiding(s, old, 0)
-		s.Heal(old) // the failsafe ends: its end is captured, and the leader cut off again
+		s.Delay(old, ttl*2/15) // a renewal's answer comes ttl*4/15 after it was sent
 		var capturedAt time.Time
 		select {
 		case capturedAt = <-cutAgain:
-		case <-time.After(5 * ttl):
-			s.T.Fatalf("%s sent its peers no failsafe end after its links came back", old)
+		case <-time.After(10 * ttl):
+			s.T.Fatalf("%s, its links to etcd slowed, sent its peers no failsafe end", old)
 		}
-		w := <-newcomer
-		s.Load.Add(w)
-		s.Survivors = append(append([]*Instance{}, s.Fleet...), w)
-		waitRiding(s, old, rounds)
-
-		// Replay every captured end every 20ms until shortly before the peers would
-		// refuse it as too old; the operator deletes the key in the middle of it.
+		time.Sleep(50 * time.Millisecond) // the end reaches every peer
 		mu.Lock()
 		replay := append([]captured(nil), ends...)
 		mu.Unlock()
-		deleteAt := capturedAt.Add(s.TTL() * 8 / 10)
-		stopAt := capturedAt.Add(s.TTL() * 9 / 10)
+		waitRiding(s, old, 0)
+
+		// Replay every captured end every 20ms until shortly before the peers would
+		// refuse it as too old; the operator deletes the key in the middle of it.
+		deleteAt := capturedAt.Add(ttl * 7 / 10)
+		stopAt := capturedAt.Add(ttl * 9 / 10)
 		deleted, accepted := false, 0
 		for time.Now().Before(stopAt) {
 			for _, c := range replay {
 				resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost,
-					fmt.Sprintf("http://127.0.0.1:%d/", c.port), c.body, s.TTL()/4)
+					fmt.Sprintf("http://127.0.0.1:%d/", c.port), c.body, ttl/4)
 				if err == nil && strings.Contains(resp.Body, `"accepted":true`) {
 					accepted++
 				}
 			}
 			if !deleted && !time.Now().Before(deleteAt) {
-				if err := deleteElectionKey(s, s.Store.Client()); err != nil {
-					s.T.Fatal(err)
+				// The key may have expired by itself already: the delete is a no-op then.
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := s.Store.Client().Delete(ctx, electionKey)
+				cancel()
+				if err != nil {
+					s.T.Fatalf("delete the election key: %v", err)
 				}
 				deleted = true
 				s.Mark("new term")
@@ -333,7 +344,7 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		if !deleted {
-			s.T.Fatalf("the leader rode again too late: the captured end was too old to replay")
+			s.T.Fatalf("%s rode again too late: the captured end was too old to replay", old)
 		}
 		s.Notes = append(s.Notes, fmt.Sprintf("%d captured ends, replays accepted %d times; key deleted %s after the capture",
 			len(replay), accepted, safety.FmtDur(s.Marks["new term"].Sub(capturedAt))))
@@ -342,10 +353,14 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 	}
 }
 
-// logElection logs, in time order, what every instance of ins logged about the election
-// since from (its leader and failsafe lines): who won which term, why it began admitting,
-// which failsafe rounds were refused. A double admission is read from them.
-func logElection(s *scenarioRun, from time.Time, ins ...*Instance) {
+// logElection logs, in time order, what every instance of the sequence (sequenceFleets)
+// logged about the election from a second before the fault on (its leader and failsafe
+// lines): who won which term, why it began admitting, which failsafe rounds were refused.
+// A double admission is read from them.
+func logElection(s *scenarioRun) {
+	fl, _ := sequenceFleets.Load(s)
+	ins, _ := fl.([]*Instance)
+	from := s.FaultAt.Add(-time.Second)
 	type line struct {
 		at   time.Time
 		text string
@@ -381,15 +396,4 @@ func logElection(s *scenarioRun, from time.Time, ins ...*Instance) {
 	for _, l := range lines {
 		s.T.Log(l.text)
 	}
-}
-
-// newcomers are the instances of the survivors that were not in fl.
-func newcomers(s *scenarioRun, fl []*Instance) []*Instance {
-	var out []*Instance
-	for _, in := range s.Survivors {
-		if !slices.Contains(fl, in) {
-			out = append(out, in)
-		}
-	}
-	return out
 }
