@@ -196,6 +196,13 @@ func waitRiding(s *scenarioRun, in *Instance, after int64) int64 {
 	}
 }
 
+// ridesNow reports whether in leads through a failsafe with more than after rounds
+// confirmed.
+func ridesNow(in *Instance, after int64) bool {
+	active, confirmed, err := failsafeOf(in)
+	return err == nil && active && confirmed > after
+}
+
 // startOnStoreSide starts instance id reaching every etcd member directly, with a failsafe
 // listener of its own (on a port of its own, not behind a proxy) if failsafe is set.
 func startOnStoreSide(s *scenarioRun, id string, failsafe bool) *Instance {
@@ -315,12 +322,13 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 		mu.Lock()
 		replay := append([]captured(nil), ends...)
 		mu.Unlock()
-		waitRiding(s, old, 0)
+		_, before, _ := failsafeOf(old)
 
-		// Replay every captured end every 20ms until shortly before the peers would
-		// refuse it as too old; the operator deletes the key in the middle of it.
-		deleteAt := capturedAt.Add(ttl * 7 / 10)
-		stopAt := capturedAt.Add(ttl * 9 / 10)
+		// Replay every captured end every 10ms until shortly before the peers would
+		// refuse it as too old; the operator deletes the key in the middle of it, once
+		// the leader rides again.
+		deleteAt := capturedAt.Add(ttl * 6 / 10)
+		stopAt := capturedAt.Add(ttl * 19 / 20)
 		deleted, accepted := false, 0
 		for time.Now().Before(stopAt) {
 			for _, c := range replay {
@@ -330,7 +338,7 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 					accepted++
 				}
 			}
-			if !deleted && !time.Now().Before(deleteAt) {
+			if !deleted && !time.Now().Before(deleteAt) && ridesNow(old, before) {
 				// The key may have expired by itself already: the delete is a no-op then.
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				_, err := s.Store.Client().Delete(ctx, electionKey)
@@ -341,7 +349,7 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 				deleted = true
 				s.Mark("new term")
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond)
 		}
 		if !deleted {
 			s.T.Fatalf("%s rode again too late: the captured end was too old to replay", old)
