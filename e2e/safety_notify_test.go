@@ -64,12 +64,12 @@ func TestSafetyForgedNotify(t *testing.T) {
 	}
 	for _, sc := range scenarios {
 		sc.Warmup, sc.Rate = pgSafetyWarmup, pgSafetyRate
-		if !t.Run(sc.Name, func(t *testing.T) {
+		// A failed check leaves the fleet with one agreed leader (RunOn waits for it): the
+		// next sequence still tells something.
+		t.Run(sc.Name, func(t *testing.T) {
 			env.T = t
 			reports = append(reports, safety.RunOn(t, env, sc))
-		}) {
-			return
-		}
+		})
 	}
 }
 

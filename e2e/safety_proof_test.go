@@ -17,8 +17,8 @@ package e2e
 //  2. a newcomer W without failsafe that cannot reach the roster's members, whose term
 //     then ends by an operator's delete, a resign or a restart: what follows inherits
 //     what W's term still owed;
-//  3. an `end` of L's previous failsafe, captured on the link and replayed to its peers
-//     while L rides again, must not cancel their live confirmations.
+//  3. an `end` of L's previous failsafe, captured on the link and replayed to a peer while
+//     L rides again, must not cancel its live confirmation: a newcomer's fence still waits.
 
 import (
 	"bytes"
@@ -208,8 +208,9 @@ func ridesNow(in *Instance, after int64) bool {
 }
 
 // startOnStoreSide starts instance id reaching every etcd member directly, with a failsafe
-// listener of its own (on a port of its own, not behind a proxy) if failsafe is set.
-func startOnStoreSide(s *scenarioRun, id string, failsafe bool) *Instance {
+// listener of its own (on a port of its own, not behind a proxy) if failsafe is set, and
+// the fleet's config changed by change.
+func startOnStoreSide(s *scenarioRun, id string, failsafe bool, change ...func(*Config)) *Instance {
 	cfg := s.Cfg
 	cfg.InstanceEndpoints = map[string][]string{id: {s.Store.Addr(0), s.Store.Addr(1), s.Store.Addr(2)}}
 	cfg.FailsafePorts, cfg.FailsafeURLs = maps.Clone(cfg.FailsafePorts), maps.Clone(cfg.FailsafeURLs)
@@ -218,6 +219,9 @@ func startOnStoreSide(s *scenarioRun, id string, failsafe bool) *Instance {
 	if failsafe {
 		port := freeport.MustPick(s.T, 1)[0]
 		cfg.FailsafePorts[id], cfg.FailsafeURLs[id] = port, fmt.Sprintf("http://127.0.0.1:%d", port)
+	}
+	for _, c := range change {
+		c(&cfg)
 	}
 	in := StartInstance(s.T, id, cfg)
 	fl, _ := sequenceFleets.Load(s)
@@ -278,71 +282,77 @@ func inheritedFault(links failsafeLinks, end func(s *scenarioRun, w *Instance) *
 
 // replayedEndFault is case 3. The leader's links to etcd are slowed, so that each renewal
 // comes back late enough for the leader to start a failsafe before it and end it after:
-// the `end` it then sends its peers is captured on their links, and the leader is cut off
-// at that moment. Once it rides again, the captured ends are replayed to the peers (until
-// shortly before their clocks would refuse them as too old) while an operator deletes the
-// election key: whoever wins must wait for the confirmations the peers gave after the end.
+// the `end` it then sends a peer is captured on the peer's link, and the leader is cut off
+// at that moment. A newcomer W without failsafe starts then (too late for the leader's
+// roster), with a higher priority than the peers. Once the leader rides again, the captured
+// end is replayed to that peer (until shortly before its clock would refuse it as too
+// old) while an operator deletes the election key: W wins and fences the roster, and must
+// wait for the confirmations the peer gave after the end.
 func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 	return func(s *scenarioRun) {
 		old := s.Leader
+		peer := others(s.Fleet, old)[0]
+		port := s.Cfg.FailsafePorts[peer.ID]
 		ttl := s.TTL()
 		waitRoster(s)
-		type captured struct {
-			port int
-			body []byte
-		}
 		var (
 			mu       sync.Mutex
-			ends     []captured
-			recut    sync.Once
+			end      []byte
 			cutAgain = make(chan time.Time, 1)
 		)
-		for _, p := range others(s.Fleet, old) {
-			port := s.Cfg.FailsafePorts[p.ID]
-			links[p.ID].Tap(func(b []byte) {
-				i := bytes.Index(b, []byte(`{"kind":"end"`))
-				if i < 0 {
-					return
-				}
-				recut.Do(func() {
-					s.Cut(old)
-					cutAgain <- time.Now()
-				})
-				mu.Lock()
-				ends = append(ends, captured{port, append([]byte(nil), b[i:]...)})
-				mu.Unlock()
-			})
-			s.T.Cleanup(func() { links[p.ID].Tap(nil) })
-		}
+		links[peer.ID].Tap(func(b []byte) {
+			i := bytes.Index(b, []byte(`{"kind":"end"`))
+			mu.Lock()
+			defer mu.Unlock()
+			if i < 0 || end != nil {
+				return
+			}
+			s.Cut(old)
+			cutAgain <- time.Now()
+			end = append([]byte(nil), b[i:]...)
+		})
+		s.T.Cleanup(func() { links[peer.ID].Tap(nil) })
 		s.T.Cleanup(func() { s.Heal(old) })
 		s.Delay(old, ttl*2/15) // a renewal's answer comes ttl*4/15 after it was sent
 		var capturedAt time.Time
 		select {
 		case capturedAt = <-cutAgain:
 		case <-time.After(10 * ttl):
-			s.T.Fatalf("%s, its links to etcd slowed, sent its peers no failsafe end", old)
+			s.T.Fatalf("%s, its links to etcd slowed, sent %s no failsafe end", old, peer)
 		}
-		time.Sleep(50 * time.Millisecond) // the end reaches every peer
+		newcomer := make(chan *Instance, 1)
+		go func() {
+			newcomer <- startOnStoreSide(s, "c7", false, func(c *Config) {
+				c.Priority = map[string]int{"c7": 2} // the peers, zeroed or not, yield to it
+			})
+		}()
 		mu.Lock()
-		replay := append([]captured(nil), ends...)
+		replay := end
 		mu.Unlock()
 		_, before, _ := failsafeOf(old)
 
-		// Replay every captured end every 10ms until shortly before the peers would
-		// refuse it as too old; the operator deletes the key in the middle of it, once
-		// the leader rides again.
+		// Replay the captured end every 10ms until shortly before the peer would refuse it
+		// as too old; the operator deletes the key in the middle of it, once the leader
+		// rides again and W follows it.
+		var w *Instance
 		deleteAt := capturedAt.Add(ttl * 6 / 10)
 		stopAt := capturedAt.Add(ttl * 19 / 20)
 		deleted, accepted := false, 0
 		for time.Now().Before(stopAt) {
-			for _, c := range replay {
-				resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost,
-					fmt.Sprintf("http://127.0.0.1:%d/", c.port), c.body, ttl/4)
-				if err == nil && strings.Contains(resp.Body, `"accepted":true`) {
-					accepted++
+			resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost,
+				fmt.Sprintf("http://127.0.0.1:%d/", port), replay, ttl/4)
+			if err == nil && strings.Contains(resp.Body, `"accepted":true`) {
+				accepted++
+			}
+			if w == nil {
+				select {
+				case w = <-newcomer:
+					s.Load.Add(w)
+					s.Survivors = append(append([]*Instance{}, s.Fleet...), w)
+				default:
 				}
 			}
-			if !deleted && !time.Now().Before(deleteAt) && ridesNow(old, before) {
+			if !deleted && w != nil && !time.Now().Before(deleteAt) && ridesNow(old, before) {
 				// The key may have expired by itself already: the delete is a no-op then.
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				_, err := s.Store.Client().Delete(ctx, electionKey)
@@ -356,10 +366,10 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if !deleted {
-			s.T.Fatalf("%s rode again too late: the captured end was too old to replay", old)
+			s.T.Fatalf("%s rode again too late, or %s started too late: the captured end was too old to replay", old, w)
 		}
-		s.Notes = append(s.Notes, fmt.Sprintf("%d captured ends, replays accepted %d times; key deleted %s after the capture",
-			len(replay), accepted, safety.FmtDur(s.Marks["new term"].Sub(capturedAt))))
+		s.Notes = append(s.Notes, fmt.Sprintf("%s's end replayed to %s (accepted %d times); key deleted %s after the capture",
+			old, peer, accepted, safety.FmtDur(s.Marks["new term"].Sub(capturedAt))))
 		time.Sleep(proofWindow)
 		s.Heal(old)
 	}
