@@ -20,7 +20,7 @@ import (
 //
 //	go test -count=1 -v -run TestSafetyForgedNotify ./e2e/
 //
-// One fleet of four in reject mode goes through both sequences:
+// Each sequence runs on a fleet of four of its own, in reject mode:
 //   - the forged notification alone: the leader writes no acknowledgement for its live
 //     term and gated traffic goes on;
 //   - the forged notification, then an operator's delete of the row while the leader's
@@ -34,11 +34,12 @@ func TestSafetyForgedNotify(t *testing.T) {
 	defer func() {
 		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safety.Table(reports))
 	}()
-	const name, mode = "forged_notify", "reject"
-	prefix := pgTablePrefix(name)
-	env := startPGEnv(t, server, name, mode, nil)
+	// The fleets' names, which their tables' prefixes are made of.
+	const mode, alone, thenDeleted = "reject", "forged_alone", "forged_then_deleted"
+	fleets := []string{alone, thenDeleted}
 	scenarios := []safetyScenario{
 		{Name: "forged_delete_notification", Load: 3 * ttl, Change: safety.NoChange, Fault: func(s *scenarioRun) {
+			prefix := pgTablePrefix(alone)
 			token := forgeDeleteNotice(s, server, prefix)
 			time.Sleep(ttl)
 			if n := server.QueryInt(s.T, fmt.Sprintf(`SELECT count(*) FROM %sreleased WHERE election = 'default' AND token = %d`, prefix, token)); n != 0 {
@@ -51,23 +52,32 @@ func TestSafetyForgedNotify(t *testing.T) {
 			}
 		}},
 		{Name: "forged_delete_notification_then_row_deleted_while_the_leader_hears_late", Load: 6 * time.Second, Change: safety.MustChange,
-			Fault: safety.OperatorFault(false, func(s *scenarioRun) error {
+			Fault: func(s *scenarioRun) {
+				prefix := pgTablePrefix(thenDeleted)
 				forgeDeleteNotice(s, server, prefix)
-				time.Sleep(ttl / 2) // the slow link brings it to the leader too
+				time.Sleep(ttl / 4) // the leader has heard it, and may have acted on it
+				s.Delay(s.Leader, safety.OperatorLinkDelay)
 				n := server.QueryInt(s.T, fmt.Sprintf(`WITH d AS (DELETE FROM %selections WHERE name = 'default' RETURNING 1)
 					SELECT count(*) FROM d`, prefix))
 				if n != 1 {
-					return fmt.Errorf("delete the election row: %d rows deleted, want 1", n)
+					s.T.Fatalf("delete the election row: %d rows deleted, want 1", n)
 				}
-				return nil
-			})},
+				time.Sleep(2 * ttl)
+				s.Heal(s.Leader)
+			}},
 	}
-	for _, sc := range scenarios {
+	for i, sc := range scenarios {
 		sc.Warmup, sc.Rate = pgSafetyWarmup, pgSafetyRate
-		// A failed check leaves the fleet with one agreed leader (RunOn waits for it): the
-		// next sequence still tells something.
+		fault, check := sc.Fault, sc.Check
+		sc.Fault = func(s *scenarioRun) { sequenceFleets.Store(s, s.Fleet); fault(s) }
+		sc.Check = func(t *testing.T, s *scenarioRun, rep *safetyReport) {
+			logElection(s)
+			if check != nil {
+				check(t, s, rep)
+			}
+		}
 		t.Run(sc.Name, func(t *testing.T) {
-			env.T = t
+			env := startPGEnv(t, server, fleets[i], mode, nil)
 			reports = append(reports, safety.RunOn(t, env, sc))
 		})
 	}
