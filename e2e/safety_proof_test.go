@@ -34,6 +34,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/caddyleader/caddy-leader/internal/fleet"
 	"github.com/caddyleader/caddy-leader/internal/freeport"
 	"github.com/caddyleader/caddy-leader/internal/safety"
@@ -161,26 +163,36 @@ func healFleet(s *scenarioRun) {
 	}
 }
 
-// failsafeOf reads in's failsafe state from its admin API.
-func failsafeOf(in *Instance) (active bool, confirmed int64, err error) {
+// failsafeStatus is the part of an instance's failsafe state the sequences look at.
+type failsafeStatus struct {
+	Active     bool  `json:"active"`
+	Rounds     int64 `json:"rounds"`
+	Refused    int64 `json:"refused"`
+	Confirming int64 `json:"confirming"` // the term this instance keeps alive as a peer
+}
+
+// failsafeStatusOf reads in's failsafe state from its admin API.
+func failsafeStatusOf(in *Instance) (failsafeStatus, error) {
 	var status struct {
 		Elections []struct {
-			Failsafe struct {
-				Active  bool  `json:"active"`
-				Rounds  int64 `json:"rounds"`
-				Refused int64 `json:"refused"`
-			} `json:"failsafe"`
+			Failsafe failsafeStatus `json:"failsafe"`
 		} `json:"elections"`
 	}
 	resp, err := in.Admin(http.MethodGet, "/leader/", nil)
 	if err != nil {
-		return false, 0, err
+		return failsafeStatus{}, err
 	}
 	if err := json.Unmarshal([]byte(resp.Body), &status); err != nil || len(status.Elections) != 1 {
-		return false, 0, fmt.Errorf("GET /leader/: %v %s", err, resp.Body)
+		return failsafeStatus{}, fmt.Errorf("GET /leader/: %v %s", err, resp.Body)
 	}
-	f := status.Elections[0].Failsafe
-	return f.Active, f.Rounds - f.Refused, nil
+	return status.Elections[0].Failsafe, nil
+}
+
+// failsafeOf reads whether in leads through a failsafe, and how many of its rounds were
+// confirmed.
+func failsafeOf(in *Instance) (active bool, confirmed int64, err error) {
+	f, err := failsafeStatusOf(in)
+	return f.Active, f.Rounds - f.Refused, err
 }
 
 // waitRiding waits until in leads through a failsafe with more than after rounds
@@ -198,13 +210,6 @@ func waitRiding(s *scenarioRun, in *Instance, after int64) int64 {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// ridesNow reports whether in leads through a failsafe with more than after rounds
-// confirmed.
-func ridesNow(in *Instance, after int64) bool {
-	active, confirmed, err := failsafeOf(in)
-	return err == nil && active && confirmed > after
 }
 
 // startOnStoreSide starts instance id reaching every etcd member directly, with a failsafe
@@ -326,23 +331,34 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 				c.Priority = map[string]int{"c7": 2} // the peers, zeroed or not, yield to it
 			})
 		}()
+		time.Sleep(100 * time.Millisecond) // the genuine end reaches the peer first
 		mu.Lock()
 		replay := end
 		mu.Unlock()
-		_, before, _ := failsafeOf(old)
 
 		// Replay the captured end every 10ms until shortly before the peer would refuse it
-		// as too old; the operator deletes the key in the middle of it, once the leader
-		// rides again and W follows it.
+		// as too old. Once a round of the leader's new failsafe reaches the peer, the peer
+		// keeps its term alive (its status says so before each replay), and no replay may
+		// change that; the operator deletes the key then, once W follows the leader.
 		var w *Instance
 		deleteAt := capturedAt.Add(ttl * 6 / 10)
 		stopAt := capturedAt.Add(ttl * 19 / 20)
-		deleted, accepted := false, 0
+		reconfirmed, deleted, accepted, cancelled := false, false, 0, 0
+		confirming := func() bool {
+			f, err := failsafeStatusOf(peer)
+			return err == nil && f.Confirming == s.Token
+		}
 		for time.Now().Before(stopAt) {
+			if !deleted && confirming() {
+				reconfirmed = true
+			}
 			resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost,
 				fmt.Sprintf("http://127.0.0.1:%d/", port), replay, ttl/4)
 			if err == nil && strings.Contains(resp.Body, `"accepted":true`) {
 				accepted++
+			}
+			if reconfirmed && !deleted && !confirming() {
+				cancelled++
 			}
 			if w == nil {
 				select {
@@ -352,14 +368,10 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 				default:
 				}
 			}
-			if !deleted && w != nil && !time.Now().Before(deleteAt) && ridesNow(old, before) {
-				// The key may have expired by itself already: the delete is a no-op then.
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, err := s.Store.Client().Delete(ctx, electionKey)
-				cancel()
-				if err != nil {
-					s.T.Fatalf("delete the election key: %v", err)
-				}
+			if !deleted && reconfirmed && w != nil && !time.Now().Before(deleteAt) {
+				// The leader's lease may have run out already: then its key is gone, and
+				// the key, if any, is a newer term's, which the operator leaves alone.
+				deleteIfCreatedAt(s, s.Token)
 				deleted = true
 				s.Mark("new term")
 			}
@@ -368,8 +380,11 @@ func replayedEndFault(links failsafeLinks) func(s *scenarioRun) {
 		if !deleted {
 			s.T.Fatalf("%s rode again too late, or %s started too late: the captured end was too old to replay", old, w)
 		}
-		s.Notes = append(s.Notes, fmt.Sprintf("%s's end replayed to %s (accepted %d times); key deleted %s after the capture",
-			old, peer, accepted, safety.FmtDur(s.Marks["new term"].Sub(capturedAt))))
+		if cancelled > 0 {
+			s.T.Errorf("a replayed end cancelled %s's live confirmation of %s's ride %d times", peer, old, cancelled)
+		}
+		s.Notes = append(s.Notes, fmt.Sprintf("%s's end replayed to %s (accepted %d times, cancelling its confirmation %d times); key deleted %s after the capture",
+			old, peer, accepted, cancelled, safety.FmtDur(s.Marks["new term"].Sub(capturedAt))))
 		time.Sleep(proofWindow)
 		s.Heal(old)
 	}
@@ -417,5 +432,18 @@ func logElection(s *scenarioRun) {
 	sort.SliceStable(lines, func(i, j int) bool { return lines[i].at.Before(lines[j].at) })
 	for _, l := range lines {
 		s.T.Log(l.text)
+	}
+}
+
+// deleteIfCreatedAt deletes the election key, as an operator does, if it is still the key
+// of term token (created at that revision); it does nothing otherwise.
+func deleteIfCreatedAt(s *scenarioRun, token int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cli := s.Store.Client()
+	_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(electionKey), "=", token)).
+		Then(clientv3.OpDelete(electionKey)).Commit()
+	if err != nil {
+		s.T.Fatalf("delete the election key: %v", err)
 	}
 }
