@@ -72,6 +72,7 @@ func TestSafetyForgedNotify(t *testing.T) {
 		sc.Fault = func(s *scenarioRun) { sequenceFleets.Store(s, s.Fleet); fault(s) }
 		sc.Check = func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 			logElection(s)
+			safety.NoteDouble(rep)
 			if check != nil {
 				check(t, s, rep)
 			}

@@ -81,9 +81,7 @@ func oneProofScenarios(t *testing.T) []safetyScenario {
 			Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				ridesOut(t, s, "new term")
 				logElection(s)
-				if rep.Double > 0 {
-					rep.Notes += fmt.Sprintf("; two leaders for %s", safety.FmtDur(rep.DoubleSpan))
-				}
+				safety.NoteDouble(rep)
 			}}
 	}
 	// A ttl of 3s leaves room for slowed renewals in case 3 (see replayedEndFault).

@@ -57,6 +57,9 @@ func TestSafetyUnseenTerm(t *testing.T) {
 					s.Notes = append(s.Notes, fmt.Sprintf("%s:%d cut off, its Lease deleted, %s's link back", b, token, a))
 					time.Sleep(2 * safetyTTL)
 					s.Heal(b)
+				},
+				Check: func(t *testing.T, s *kubeRun, rep *safety.Report) {
+					safety.NoteDouble(rep)
 				}}
 			reports = append(reports, safety.RunOn(t, env, sc))
 		})
