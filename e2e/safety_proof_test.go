@@ -71,12 +71,14 @@ func oneProofScenarios(t *testing.T) []safetyScenario {
 		return safetyScenario{Name: name, Load: load, Change: safety.MustChange, Renews: true,
 			Config: withFailsafe(t, links), Fault: func(s *scenarioRun) {
 				sequenceFleets.Store(s, s.Fleet)
+				done := false
 				defer func() {
-					if s.T.Failed() { // a fatal error in the sequence: Check will not run
+					if !done { // a fatal error in the sequence: Check will not run
 						logElection(s)
 					}
 				}()
 				fault(s)
+				done = true
 			},
 			Check: func(t *testing.T, s *scenarioRun, rep *safetyReport) {
 				ridesOut(t, s, "new term")
