@@ -81,12 +81,7 @@ func TestSafety(t *testing.T) {
 // and under a lease prefix of the mode's, and waits for a leader.
 func startKubeEnv(t *testing.T, srv *kubetest.Server, mode string) *kubeEnv {
 	t.Helper()
-	env := safety.NewEnv(t, caddyBin, srv, fleet.Config{Follower: mode, TTL: safetyTTL.String()})
-	env.LinkEach(safetyInstances, strings.TrimPrefix(srv.URL, "https://"), func(id, addr string) map[string]any {
-		return map[string]any{"module": "kubernetes", "kubeconfig": srv.Kubeconfig(t, "admin", "default", "https://"+addr), "lease_prefix": mode + "-"}
-	})
-	env.Launch(t, safetyInstances)
-	return env
+	return startKubeEnvN(t, srv, mode, mode, safetyInstances)
 }
 
 // kubeScenarios are the faults, in the order one fleet goes through them.

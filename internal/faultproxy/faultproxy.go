@@ -18,7 +18,9 @@ type Proxy struct {
 	mu      sync.Mutex
 	links   map[*link]struct{}
 	stalled bool          // set by Blackhole
+	newOnly bool          // set by BlackholeNew
 	delay   time.Duration // set by Delay
+	tap     func([]byte)  // set by Tap
 	// changed is closed and replaced whenever stalled or delay changes,
 	// waking every writer to re-check when its next chunk is due.
 	changed chan struct{}
@@ -63,10 +65,34 @@ func (p *Proxy) Blackhole() {
 	p.set(func() { p.stalled = true })
 }
 
-// Heal undoes Blackhole and Delay: held bytes are delivered, in order, and
-// forwarding resumes at full speed.
+// BlackholeNew holds every connection accepted from now on, as Blackhole
+// does, while the connections already through keep flowing: a stateful
+// firewall that drops new flows. A client that keeps its connections alive
+// still gets through; one that connects anew does not.
+func (p *Proxy) BlackholeNew() {
+	p.set(func() { p.newOnly = true })
+}
+
+// Heal undoes Blackhole, BlackholeNew and Delay: held bytes are delivered,
+// in order, and forwarding resumes at full speed.
 func (p *Proxy) Heal() {
-	p.set(func() { p.stalled, p.delay = false, 0 })
+	p.set(func() { p.stalled, p.newOnly, p.delay = false, false, 0 })
+}
+
+// Tap calls f with a copy of every chunk of bytes read from a client, as it
+// is read (before any fault holds it back), so that a test can capture what
+// crossed the link; nil stops it. f must not block.
+func (p *Proxy) Tap(f func([]byte)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tap = f
+}
+
+// tapped is the current Tap callback, or nil.
+func (p *Proxy) tapped() func([]byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tap
 }
 
 // Delay makes every chunk of bytes arrive d after the proxy read it, in both
@@ -147,12 +173,13 @@ func (p *Proxy) accept() {
 }
 
 // due waits until bytes read at readAt may be delivered: the link is not
-// blackholed and the delay since readAt has passed. It reports false if ctx
-// ends first.
-func (p *Proxy) due(ctx context.Context, readAt time.Time) bool {
+// blackholed and the delay since readAt has passed; a connection not yet
+// dialled (dial) waits out BlackholeNew too. It reports false if ctx ends
+// first.
+func (p *Proxy) due(ctx context.Context, readAt time.Time, dial bool) bool {
 	for {
 		p.mu.Lock()
-		stalled, delay, changed := p.stalled, p.delay, p.changed
+		stalled, delay, changed := p.stalled || dial && p.newOnly, p.delay, p.changed
 		p.mu.Unlock()
 
 		if stalled {

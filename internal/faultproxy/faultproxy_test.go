@@ -89,6 +89,38 @@ func TestProxy(t *testing.T) {
 			},
 		},
 		{
+			name: "blackhole_new_holds_new_connections_and_lets_open_ones_flow",
+			run: func(t *testing.T, p *Proxy, echo *echoServer) {
+				open := dial(t, p)
+				roundTrip(t, open, []byte("warm"))
+				p.BlackholeNew()
+				roundTrip(t, open, []byte("still"))
+				fresh := dial(t, p)
+				write(t, fresh, []byte("x"))
+				wantSilence(t, fresh)
+				if n := echo.acceptedCount(); n != 1 {
+					t.Errorf("target accepted %d connections, want only the one open before BlackholeNew", n)
+				}
+				p.Heal()
+				wantRead(t, fresh, []byte("x"))
+			},
+		},
+		{
+			name: "tap_sees_what_clients_send",
+			run: func(t *testing.T, p *Proxy, echo *echoServer) {
+				var mu sync.Mutex
+				var seen []byte
+				p.Tap(func(b []byte) { mu.Lock(); seen = append(seen, b...); mu.Unlock() })
+				c := dial(t, p)
+				roundTrip(t, c, []byte("hello"))
+				mu.Lock()
+				defer mu.Unlock()
+				if string(seen) != "hello" {
+					t.Errorf("tap saw %q, want the client's %q (and not the echo)", seen, "hello")
+				}
+			},
+		},
+		{
 			name: "delay_delivers_no_earlier_than_the_delay_each_way",
 			run: func(t *testing.T, p *Proxy, echo *echoServer) {
 				c := dial(t, p)

@@ -87,7 +87,7 @@ func (p *Proxy) serve(l *link) {
 
 	// A blackholed link must not reach the target: the connection attempt
 	// is part of what is lost.
-	if !p.due(l.ctx, l.accepted) {
+	if !p.due(l.ctx, l.accepted, true) {
 		return
 	}
 	var d net.Dialer
@@ -101,20 +101,21 @@ func (p *Proxy) serve(l *link) {
 
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(l, l.client, up) }()
-	go func() { defer wg.Done(); p.pipe(l, up, l.client) }()
+	go func() { defer wg.Done(); p.pipe(l, l.client, up, p.tapped) }()
+	go func() { defer wg.Done(); p.pipe(l, up, l.client, nil) }()
 	wg.Wait()
 }
 
 // pipe moves bytes from src to dst in order, each chunk no earlier than
 // the link allows. It returns after passing on src's end of stream, or
 // after closing the link on any error.
-func (p *Proxy) pipe(l *link, src, dst net.Conn) {
+// tap, if set, returns the callback that sees what is read from src.
+func (p *Proxy) pipe(l *link, src, dst net.Conn, tap func() func([]byte)) {
 	queue := make(chan chunk, queuedChunks)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		read(l, src, queue)
+		read(l, src, queue, tap)
 	}()
 	defer func() { <-done }()
 
@@ -125,7 +126,7 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 		case <-l.ctx.Done():
 			return
 		}
-		if !p.due(l.ctx, c.readAt) {
+		if !p.due(l.ctx, c.readAt, false) {
 			return
 		}
 		if c.eof {
@@ -145,14 +146,20 @@ func (p *Proxy) pipe(l *link, src, dst net.Conn) {
 }
 
 // read queues what it reads from src, stamped with the time it was read,
-// until end of stream or an error; an error closes the link.
-func read(l *link, src net.Conn, queue chan<- chunk) {
+// until end of stream or an error; an error closes the link. Each chunk is
+// shown to the callback tap returns, if any.
+func read(l *link, src net.Conn, queue chan<- chunk, tap func() func([]byte)) {
 	buf := make([]byte, chunkSize)
 	for {
 		n, err := src.Read(buf)
 		c := chunk{readAt: time.Now()}
 		if n > 0 {
 			c.data = append([]byte(nil), buf[:n]...)
+			if tap != nil {
+				if f := tap(); f != nil {
+					f(append([]byte(nil), c.data...))
+				}
+			}
 			if !enqueue(l, queue, c) {
 				return
 			}

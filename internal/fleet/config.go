@@ -55,6 +55,9 @@ type Config struct {
 	// FailsafeURLs, where it has an entry for an instance's id, is the URL the others
 	// reach that instance's failsafe listener at (a fault proxy, say).
 	FailsafeURLs map[string]string
+	// Priority, where it has an entry for an instance's id, is the leader app's priority
+	// for that instance; the default leaves it out.
+	Priority map[string]int
 	// HandlePath, when set (say `/api`), moves the gated route under that prefix as
 	// Caddy's handle_path does: `<HandlePath>/gated*` is matched and the prefix stripped
 	// before the gate, and `/gated*` alone is not routed at all.
@@ -163,6 +166,9 @@ func (c Config) JSON(in *Instance) []byte {
 	}
 	if c.DrainTimeout != "" {
 		leaderApp["drain_timeout"] = c.DrainTimeout
+	}
+	if p, ok := c.Priority[in.ID]; ok {
+		leaderApp["priority"] = p
 	}
 	if port, ok := c.FailsafePorts[in.ID]; ok {
 		addr := fmt.Sprintf("127.0.0.1:%d", port)

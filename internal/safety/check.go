@@ -319,3 +319,15 @@ func sortedKeys(m map[int]int) []int {
 	slices.Sort(keys)
 	return keys
 }
+
+// NoteDouble adds to rep's notes how long two terms admitted at once, if they did: the
+// longest time by which an older term's admission followed a newer term's first.
+func NoteDouble(rep *Report) {
+	if rep.Double == 0 {
+		return
+	}
+	if rep.Notes != "" {
+		rep.Notes += "; "
+	}
+	rep.Notes += "two leaders for " + FmtDur(rep.DoubleSpan)
+}
