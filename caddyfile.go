@@ -262,6 +262,7 @@ func parseGate(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		hold        <duration>
 //		retry_after <duration>
 //		cancel_on_loss
+//		admission_times
 //		transport   <name> {
 //			# reverse_proxy's transport options, for follower forward
 //		}
@@ -329,6 +330,11 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			g.CancelOnLoss = true
+		case "admission_times":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			g.AdmissionTimes = true
 		case "hold":
 			var hold caddy.Duration
 			// Zero is meaningful: no hold.

@@ -68,8 +68,8 @@ const (
 // `{http.leader.id}` | The current leader's instance id; empty if none is known
 // `{http.leader.url}` | The current leader's advertise URL; empty if none is known
 // `{http.leader.token}` | The fencing token (etcd create revision) of the current term; empty if none is known
-// `{http.leader.admitted_at}` | When this instance admitted the request (RFC 3339, UTC, its wall clock at the admission check); empty if it did not admit it
-// `{http.leader.deadline}` | Until when the admitting term could admit it if nothing changed (its lease, heartbeat or failsafe deadline, as `admitted_at`): a backend that receives the request later knows the term may have ended first; empty if not admitted
+// `{http.leader.admitted_at}` | With `admission_times`: when this instance admitted the request (RFC 3339, UTC, its wall clock at the admission check); empty otherwise
+// `{http.leader.deadline}` | With `admission_times`: until when the admitting term could admit it if nothing changed (its lease, heartbeat or failsafe deadline, as `admitted_at`), so a backend that receives the request later knows the term may have ended first; empty otherwise
 type Gate struct {
 	// Election is the name of the election whose leader may serve the gated requests.
 	// Default: `default`.
@@ -103,6 +103,14 @@ type Gate struct {
 	// failure for the client, and it costs a cancellable context per request. Turn it on
 	// for long-lived leader-only work: websockets, long polls, streams.
 	CancelOnLoss bool `json:"cancel_on_loss,omitempty"`
+
+	// AdmissionTimes sets `{http.leader.admitted_at}` and `{http.leader.deadline}` on every
+	// request this gate admits: when it was admitted (the admission check's own clock read)
+	// and until when the admitting term could admit it if nothing changed, so that a
+	// backend can tell a late arrival from a late admission and refuse work that arrives
+	// after the term may have ended. It costs each admitted request one small allocation,
+	// so it is off by default; without it both placeholders are empty. Default: off.
+	AdmissionTimes bool `json:"admission_times,omitempty"`
 
 	// TransportRaw configures how `forward` reaches the leader, exactly like
 	// reverse_proxy's transport. Default: HTTP, with TLS when this instance's advertise
@@ -284,9 +292,11 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		g.counts.held.Observe(time.Since(start).Seconds())
 	}
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if admitted && g.AdmissionTimes {
+		setAdmission(repl, t, at) // before the term's provider, which answers them empty
+	}
 	g.placeholders.set(repl, t, admitted)
 	if admitted {
-		setAdmission(repl, t, at)
 		g.counts.served.Inc()
 		return g.serveAdmitted(w, r, next, t)
 	}

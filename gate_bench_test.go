@@ -159,6 +159,17 @@ func BenchmarkGate(b *testing.B) {
 		stillLeading(b)
 	})
 
+	// With the admission's time and the term's deadline as placeholders: one allocation.
+	b.Run("leader_admit_admission_times", func(b *testing.B) {
+		g := newGate(b, Gate{Election: "bench", AdmissionTimes: true}, leading)
+		next := &countingNext{}
+		benchServe(b, "/write", func(w http.ResponseWriter, r *http.Request) { _ = g.ServeHTTP(w, r, next) })
+		if next.n != b.N {
+			b.Fatalf("the gate admitted %d of %d requests", next.n, b.N)
+		}
+		stillLeading(b)
+	})
+
 	// Two cores admitting at once through one gate share its election's in-flight counter.
 	b.Run("leader_admit_parallel", func(b *testing.B) {
 		g := newGate(b, Gate{Election: "bench"}, leading)

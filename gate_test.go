@@ -150,7 +150,7 @@ func TestGate(t *testing.T) {
 	token := leader.election.Term().Token
 
 	t.Run("leader_admits_and_sets_placeholders", func(t *testing.T) {
-		g := newGate(t, Gate{Election: "gate"}, leader.election)
+		g := newGate(t, Gate{Election: "gate", AdmissionTimes: true}, leader.election)
 		r, _ := gatedRequest(http.MethodPost, "/write")
 		w := httptest.NewRecorder()
 		next := &recordingNext{}

@@ -48,10 +48,7 @@ func newTermPlaceholders(t *elector.Term) *termPlaceholders {
 			case phIsLeader:
 				return isLeader, true
 			case phAdmittedAt, phDeadline:
-				if isLeader {
-					return nil, false // setAdmission's provider, after this one, answers
-				}
-				return "", true
+				return "", true // unless setAdmission's provider, added before this one, answered
 			}
 			v, ok := values[key]
 			return v, ok
@@ -87,7 +84,8 @@ func (c *placeholderCache) set(repl *caddy.Replacer, t *elector.Term, admitted b
 // when t could admit it, by this host's wall clock: a backend that sees the request after
 // that deadline knows its term may have ended before the request reached it (a leader
 // that froze right after admitting), and can refuse it. It is the one allocation of an
-// admitted request, and provides only these two keys: the term's others come from set.
+// admitted request (hence Gate.AdmissionTimes), and provides only these two keys: the
+// term's others come from set, which must be called after it.
 func setAdmission(repl *caddy.Replacer, t *elector.Term, now time.Time) {
 	deadline := now.Add(t.Remaining(now))
 	repl.Map(func(key string) (any, bool) {
