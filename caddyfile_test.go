@@ -15,7 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/caddyleader/caddy-leader/internal/goldentest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/goldentest"
 )
 
 // goldenAdaptDir holds the golden adapt tests: a Caddyfile, a line `----------`, and either

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/caddyleader/caddy-leader/internal/deployq"
+	"github.com/caddyleader/caddy-leader/internal/testkit/deployq"
 )
 
 // exportedMetrics are the names of the series metrics.go exports, each with its labels.

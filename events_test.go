@@ -14,8 +14,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
 )
 
 // eventSink is an HTTP endpoint that records what leader_webhook POSTs to it.

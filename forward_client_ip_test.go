@@ -3,14 +3,14 @@ package caddyleader
 import (
 	"context"
 	"fmt"
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 	"io"
 	"net"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 )
 
 // TestForwardedClientIP forwards requests for real, from a Caddy whose gate runs in

@@ -4,7 +4,7 @@ package caddyleader
 
 // Hot-path benchmarks: what the gate and the matcher cost one request, on a leader and on a
 // follower of a real election (embedded etcd; -bench.store postgres: a PostgreSQL server of
-// internal/pgtest). See BENCHMARKS.md for the numbers.
+// internal/testkit/pgtest). See BENCHMARKS.md for the numbers.
 //
 //	go test -run '^$' -bench . -benchmem -count 10 .
 //
@@ -36,9 +36,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/caddyleader/caddy-leader/elector"
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/fleet"
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 	"github.com/caddyleader/caddy-leader/pgbackend"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 // memoryCandidate starts a candidate of election "default" on the in-memory store, on the

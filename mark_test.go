@@ -13,8 +13,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
 )
 
 func TestForwardMarkVerify(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 )
 
 func init() {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,8 +16,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
 )
 
 // recipesDoc shows every recipe; its Caddyfiles are the golden files recipe_*.caddyfiletest.

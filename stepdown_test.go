@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 )
 
 // flakyService is a local service whose health probe answers 503 for a number of probes

@@ -64,7 +64,7 @@ install_missing() {
 	fi
 	first_line "$(command -v haproxy || echo /usr/sbin/haproxy)" -v
 
-	step "PostgreSQL and PgBouncer (internal/pgtest starts its own servers)"
+	step "PostgreSQL and PgBouncer (internal/testkit/pgtest starts its own servers)"
 	have_postgres() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null; }
 	have_pgbouncer() { command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]]; }
 	if ! have_postgres || ! have_pgbouncer; then
@@ -101,7 +101,7 @@ fi
 
 report=$(mktemp -d)
 trap 'rm -rf "$report"' EXIT
-go build -o "$report/testreport" ./internal/testreport
+go build -o "$report/testreport" ./internal/testkit/testreport
 
 status=0
 modules=()

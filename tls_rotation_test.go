@@ -10,8 +10,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
 )
 
 // TestClientCertificateRotation renews the leader's client certificate in place, as

@@ -33,8 +33,8 @@ import (
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/etcdbackend"
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	fleetpkg "github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	fleetpkg "github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 var (

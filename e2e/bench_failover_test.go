@@ -17,7 +17,7 @@ package e2e
 // until the fleet agrees on a leader, then for a random fraction of a renewal interval
 // (ttl/3), so that faults land uniformly over the lease's renewal cycle; it starts the
 // harness's Poller on the two others, strikes, and waits for the first 200 on /gated with
-// a higher token (internal/failover, which the Kubernetes store's benchmark shares). A signalled instance is then replaced by a new process. The Poller
+// a higher token (internal/testkit/failover, which the Kubernetes store's benchmark shares). A signalled instance is then replaced by a new process. The Poller
 // pauses 1ms after every non-200 answer, so a takeover is seen up to about 1ms late: the
 // times below are upper bounds by that much. With -bench.follower forward, every request
 // to a follower is forwarded, and any answer other than 200 counts as a failed request.
@@ -31,9 +31,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/failover"
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/failover"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
 var (

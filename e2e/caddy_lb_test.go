@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 )
 
 // caddyLBCaddyfile is the recipe of docs/caddy-lb.md, which TestCaddyLB runs as it is.

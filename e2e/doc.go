@@ -1,7 +1,7 @@
 // Package e2e tests caddy-leader end to end: real Caddy processes built from this module
 // against a real etcd cluster, with real faults.
 //
-// The harness is internal/fleet, which the demo and the benchmarks share; harness_test.go
+// The harness is internal/testkit/fleet, which the demo and the benchmarks share; harness_test.go
 // gives its pieces the short names the tests use. TestMain builds the Caddy binary of
 // ./cmd/caddy once; every scenario starts its own etcd cluster (embedded in the test
 // process, on 127.0.0.1) and its own Caddy processes, each with its own loopback ports and

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 )
 
 func TestFailover(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/safety"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
 // startForwardingFleet starts a 1-member etcd, a recording backend, and three instances

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 )
 
 func TestGate(t *testing.T) {

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
-// The harness is internal/fleet, which the demo and the benchmarks share; the names below
+// The harness is internal/testkit/fleet, which the demo and the benchmarks share; the names below
 // keep the tests short and let them reach the unexported corners they need.
 
 // ttl is every instance's lease TTL unless its Config says otherwise.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
 // TestPostgresStore runs real Caddy processes that elect through PostgreSQL

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/freeport"
-	"github.com/caddyleader/caddy-leader/internal/goldentest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/goldentest"
 )
 
 // readmeFleetGolden holds the README's first Caddyfile (TestReadmeExample keeps them equal).

@@ -18,13 +18,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 )
 
 // etcdProcs is an etcd cluster of real processes (cmd/etcd-local, one member each) on
 // 127.0.0.1, so that members can be killed with SIGKILL and restarted from their data
-// dirs, as a crash would leave them. internal/etcdtest embeds its members in the test
+// dirs, as a crash would leave them. internal/testkit/etcdtest embeds its members in the test
 // process, whose Stop is etcd's graceful shutdown.
 type etcdProcs struct {
 	t              *testing.T

@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
-	"github.com/caddyleader/caddy-leader/internal/freeport"
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
-	"github.com/caddyleader/caddy-leader/internal/safety"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
 // failsafeLinks are the fault proxies in front of every instance's failsafe listener, by

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/safety"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
 // TestSafetyForgedMark: clients that set Caddy-Leader-Forwarded-By themselves, all along,

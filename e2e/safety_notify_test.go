@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
-	"github.com/caddyleader/caddy-leader/internal/safety"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
 // TestSafetyForgedNotify: anyone who can connect to PostgreSQL may NOTIFY on the store's

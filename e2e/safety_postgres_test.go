@@ -22,8 +22,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
-	"github.com/caddyleader/caddy-leader/internal/safety"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
 const (

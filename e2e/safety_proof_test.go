@@ -36,9 +36,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
-	"github.com/caddyleader/caddy-leader/internal/freeport"
-	"github.com/caddyleader/caddy-leader/internal/safety"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
 func TestSafetyOneProof(t *testing.T) {

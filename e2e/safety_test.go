@@ -11,7 +11,7 @@ package e2e
 // the recording backend behind /gated (follower forward, so that every request a client
 // sends anywhere is served by the leader). Clients send 150 POST/s round-robin to the
 // instances, the fault strikes, and safety.Check reads the backend's and the clients' logs
-// (see internal/safety and the README's "Safety model" for the rule). The test prints the
+// (see internal/testkit/safety and the README's "Safety model" for the rule). The test prints the
 // results table at the end.
 
 import (
@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
-	"github.com/caddyleader/caddy-leader/internal/safety"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
 // safetyInstances is the size of every scenario's fleet.

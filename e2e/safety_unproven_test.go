@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
-	"github.com/caddyleader/caddy-leader/internal/safety"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
 // TestSafetyUnprovenSuccessor: the leader P is cut off from the store, so it admits until

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 )
 
 // xcaddyRun is one `./xcaddy.sh run` (after its exec, the Caddy process itself).

@@ -13,9 +13,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/caddyleader/caddy-leader/elector"
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
-	fleetpkg "github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
+	fleetpkg "github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 const testPrefix = "/caddy-leader-test/"

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 )
 
 // TestHistoryOfTerms runs a fleet through a handover and a failover and checks that every

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 )
 
 // TestPriority runs in-process candidates of different priorities against a real etcd.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 )
 
 // TestLeaseOutlivesAClusterRestart: etcd, restarted, extends every lease by its ttl, so a

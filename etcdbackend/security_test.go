@@ -25,9 +25,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/caddyleader/caddy-leader/elector"
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
-	fleetpkg "github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
+	fleetpkg "github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 const (

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 )
 
 // TestUnreachable classifies the errors of a real three-member cluster: answers (a lease

@@ -2,7 +2,7 @@
 
 package kubernetes
 
-// TestBenchFailover is the root's e2e TestBenchFailover (internal/failover) on this store:
+// TestBenchFailover is the root's e2e TestBenchFailover (internal/testkit/failover) on this store:
 // three real Caddy processes on a real kube-apiserver, timed from the fault (SIGTERM,
 // SIGKILL, resign or transfer) to the first gated request the new leader serves. See
 // BENCHMARKS.md.
@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/failover"
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/failover"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 	"github.com/caddyleader/caddy-leader/kubernetes/internal/kubetest"
 )
 

@@ -11,7 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/caddyleader/caddy-leader/internal/goldentest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/goldentest"
 )
 
 // documents decodes each YAML document of a file under deploy/kubernetes into a new T

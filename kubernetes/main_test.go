@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 // caddyPackage is this module's Caddy command: Caddy with this store.

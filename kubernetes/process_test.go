@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 	"github.com/caddyleader/caddy-leader/kubernetes/internal/kubetest"
 )
 

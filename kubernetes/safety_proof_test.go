@@ -9,8 +9,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
-	"github.com/caddyleader/caddy-leader/internal/safety"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 	"github.com/caddyleader/caddy-leader/kubernetes/internal/kubetest"
 )
 

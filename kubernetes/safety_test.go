@@ -1,6 +1,6 @@
 package kubernetes
 
-// TestSafety is the safety checker of the root's e2e tests (internal/safety) on this store,
+// TestSafety is the safety checker of the root's e2e tests (internal/testkit/safety) on this store,
 // with real Caddy processes (cmd/caddy) on a real kube-apiserver, in every follower mode:
 //
 //	cd kubernetes && go test -count=1 -v -run TestSafety .
@@ -27,9 +27,9 @@ import (
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/fleet"
-	"github.com/caddyleader/caddy-leader/internal/safety"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 	"github.com/caddyleader/caddy-leader/kubernetes/internal/kubetest"
 	"github.com/caddyleader/caddy-leader/kubernetes/kubebackend"
 )

@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/caddyleader/caddy-leader/internal/goldentest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/goldentest"
 )
 
 // TestCaddyfileAdapt runs the golden adapt tests in testdata/caddyfile_adapt: the JSON each

@@ -8,9 +8,9 @@ import (
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
-	"github.com/caddyleader/caddy-leader/internal/proxyfleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/proxyfleet"
 )
 
 // pgFleet is a fleet of candidates, each reaching the database (or a pooler) at target

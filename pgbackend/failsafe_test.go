@@ -6,7 +6,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
 // TestFailsafeServerStopped stops a real PostgreSQL under a fleet with failsafe on: the

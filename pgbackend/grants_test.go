@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
 // TestDocumentedGrantsSuffice runs the role and grants docs/postgres.md gives, on tables a

@@ -13,7 +13,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
 var loadCandidates = flag.String("pg.candidates", "3,20", "BenchmarkStoreLoad: comma-separated fleet sizes")

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
 // TestCampaignNamesThePreviousTerm: a won campaign names the term before it (released,

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
 // TestHeartbeatsKeepTheMarkKeyOutOfTheStatementLog: on a server that logs every

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
 // TestWatchReportsTheLastWriteBeforeAVacancy: a holder's heartbeat (an Update) followed at

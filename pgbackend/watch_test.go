@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
 // TestWatchReportsHeartbeatsAfterCampaign: a holder's Update that rewrites the same value

@@ -7,7 +7,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/caddyleader/caddy-leader/internal/goldentest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/goldentest"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 )
 
 func main() {

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 // startEtcd starts the single-member etcd and returns once it listens.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/caddyleader/caddy-leader/internal/pgtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
 // pgMissing is what --store postgres says when no PostgreSQL server binaries are found.
@@ -31,7 +31,7 @@ type postgres struct {
 	cred *syscall.Credential // whom to run as when the demo runs as root; nil otherwise
 }
 
-// newPostgres finds the server programs the way the tests do (internal/pgtest), or exits
+// newPostgres finds the server programs the way the tests do (internal/testkit/pgtest), or exits
 // with how to install them.
 func newPostgres() *postgres {
 	bin := pgtest.Bin()

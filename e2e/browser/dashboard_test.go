@@ -23,9 +23,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/caddyleader/caddy-leader/internal/deployq"
-	"github.com/caddyleader/caddy-leader/internal/fleet"
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/deployq"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 )
 
 // grafanaVariables fills in the dashboard's variables as Grafana would for this test's

@@ -15,9 +15,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 
 	// The Caddy command the fleet runs (the root module's cmd/caddy) imports Caddy's
 	// standard modules: importing them here keeps their sums in this module's go.sum, so

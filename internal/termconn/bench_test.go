@@ -4,7 +4,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 )
 
 // BenchmarkAdmit is what tracking costs a connection on the leader: Admit and Done (the

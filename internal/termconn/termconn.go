@@ -236,14 +236,14 @@ func (g *Guard) forget(c *Conn) {
 type Conn struct {
 	net.Conn
 
-	g     *Guard
-	term  *elector.Term // the snapshot that admitted it (leading, not draining)
+	g    *Guard
+	term *elector.Term // the snapshot that admitted it (leading, not draining)
 	// follower is set on a connection this instance hands to another instance's term
 	// (see Guard.Follow) rather than one it admitted itself.
 	follower bool
 	drain    time.Duration
-	kind  string
-	gauge interface{ Dec() }
+	kind     string
+	gauge    interface{ Dec() }
 
 	// drainUntil is when (ns since base) the drain of the handover ends; 0 until the
 	// handover is first seen.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 // BenchmarkConnection measures what the layer-4 gate adds to a short connection: connect

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
-	"github.com/caddyleader/caddy-leader/internal/fleet"
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 )
 
 // caddyBin is the Caddy binary TestMain built from l4/cmd/caddy.

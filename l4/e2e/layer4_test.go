@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 const electTimeout = 20 * time.Second

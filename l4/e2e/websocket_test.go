@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 // TestWebsocketFaults is TestFaults for websockets through the HTTP leader_gate: each

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 // Outcome is what one client request of a load run ended with.

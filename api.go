@@ -1,5 +1,8 @@
 package caddyleader
 
+// What this package offers the plugin's modules in other packages (the layer-4 modules in
+// l4/, the Kubernetes store in kubernetes/) and third-party store modules.
+
 import (
 	"github.com/caddyserver/caddy/v2"
 
@@ -21,3 +24,9 @@ func JoinElection(ctx caddy.Context, module string, name *string) (*elector.Elec
 // space, no slash), for the Caddyfile parsers of other packages. Its error leaves the
 // field's name to the caller.
 func CheckElectionName(name string) error { return checkElectionName(name) }
+
+// SecretsDigest is the keyed digest of secrets (passwords, the contents of key and token
+// files) that a Store's StoreKey includes instead of the secrets themselves, for stores in
+// other modules: a reload that changes a secret starts a new candidacy, and the key never
+// shows a secret. The key lives only in this process.
+func SecretsDigest(secrets ...[]byte) string { return secretsDigest(secrets...) }

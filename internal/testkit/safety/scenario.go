@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 // Bounds and defaults of a scenario.

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 )
 
 // Bounds on waits. They say when to give up, not how fast things should be.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
-	"github.com/caddyleader/caddy-leader/internal/faultproxy"
+	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
 )
 
 // Fleet is an electortest fleet and member i's proxy at Proxies[i].

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 // OperatorLinkDelay slows each way of the old leader's links to the store while an operator

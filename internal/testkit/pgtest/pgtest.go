@@ -19,7 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 )
 
 // CIEnv names the environment variable that, when set, turns a missing PostgreSQL from a

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyleader/caddy-leader/internal/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 )
 
 // PgBouncerBin is where Debian's pgbouncer package installs the pooler.
