@@ -75,6 +75,8 @@ type Election struct {
 	announcedValue []byte
 	// layer4 is the layer-4 address this candidate announces (see SetLayer4Address).
 	layer4 atomic.Pointer[string]
+	// registry is the view of the election's candidates (see registry.go).
+	registry registryView
 
 	users     int // guarded by c.mu
 	startOnce sync.Once
@@ -91,6 +93,8 @@ func newElection(c *Candidate, name string) *Election {
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 		resync:  make(chan struct{}, 1),
+
+		registry: newRegistryView(),
 	}
 	e.fs.unknownUntil = c.now().Add(c.cfg.TTL)
 	e.term.Store(&Term{Election: name, Self: c.cfg.ID, Reason: "starting", At: c.now(), end: ended})
@@ -127,7 +131,7 @@ func (e *Election) Start() {
 		e.mu.Lock()
 		e.cancel = cancel
 		e.mu.Unlock()
-		e.c.loops.Add(3)
+		e.c.loops.Add(4)
 		go func() {
 			defer e.c.loops.Done()
 			e.run(ctx)
@@ -139,6 +143,10 @@ func (e *Election) Start() {
 		go func() {
 			defer e.c.loops.Done()
 			e.preempt(ctx)
+		}()
+		go func() {
+			defer e.c.loops.Done()
+			e.followRegistry(ctx)
 		}()
 	})
 }

@@ -15,18 +15,30 @@ import (
 //	                                  deleted; at is a revision from <prefix>next() taken
 //	                                  in the deleting transaction
 //	<election>/i                      an intent was written or deleted
+//	<election>/c                      a candidate's announcement was written or deleted
+//	                                  (its lease's too: the delete cascades)
 //
 // Election names hold no slash. A payload without one is an election name alone, as the
-// triggers of earlier versions sent for every change of a key or an intent: it wakes both.
+// triggers of earlier versions sent for every change of a key or an intent: it wakes both
+// (those versions sent nothing for the candidates). A kind this version does not know
+// wakes every watch of the election.
 // Anyone who can connect may NOTIFY on any channel, so a notification is only ever a
 // reason to look: a vacancy it describes is reported only after the very write the watch
 // last reported, and what a campaign then finds decides.
 
-// topic is what a watch follows: the key of an election, or its intents.
+// topic is what a watch follows: the key of an election, its intents or its candidates.
 type topic struct {
 	election string
-	intents  bool
+	kind     topicKind
 }
+
+type topicKind int
+
+const (
+	keyTopic topicKind = iota
+	intentsTopic
+	candidatesTopic
+)
 
 // vacancy is what a key's delete notification says.
 type vacancy struct {
@@ -44,7 +56,7 @@ type notice struct {
 
 func parseNotice(payload string) notice {
 	election, rest, tagged := strings.Cut(payload, "/")
-	key, intents := topic{election: election}, topic{election: election, intents: true}
+	key, intents := topic{election, keyTopic}, topic{election, intentsTopic}
 	if !tagged {
 		return notice{topics: []topic{key, intents}}
 	}
@@ -54,10 +66,12 @@ func parseNotice(payload string) notice {
 		return notice{topics: []topic{key}}
 	case "i":
 		return notice{topics: []topic{intents}}
+	case "c":
+		return notice{topics: []topic{{election, candidatesTopic}}}
 	case "d":
 		return notice{topics: []topic{key}, vacated: parseVacancy(fields)}
 	}
-	return notice{topics: []topic{key, intents}} // a kind from a later version: look at both
+	return notice{topics: []topic{key, intents, {election, candidatesTopic}}} // a kind from a later version
 }
 
 // parseVacancy reads "<token>/<rev>/<at>"; nil if it does not hold three numbers with at

@@ -71,7 +71,7 @@ func (b *Backend) baseline(election string, afterRev int64) (reported, bool) {
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	out := make(chan elector.Observation, 1)
 	base, known := b.baseline(election, afterRev)
-	b.follow(ctx, topic{election: election}, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
+	b.follow(ctx, topic{election, keyTopic}, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
 		func(ctx context.Context, vacated *vacancy) (time.Duration, bool) {
 			if s, ok := vacancyAfter(base, known, vacated); ok {
 				if !send(ctx, out, s.obs) {
