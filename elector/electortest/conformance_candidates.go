@@ -147,7 +147,10 @@ func candidatesWatchOrder(t *testing.T, h *harness) {
 	}
 	const rounds = 10
 	// alpha and beta take turns: after alpha's k-th value, beta has its (k-1)-th or k-th.
+	announced := make(chan struct{})
+	defer func() { <-announced }() // the last report may come before the last answer
 	go func() {
+		defer close(announced)
 		for k := 1; k <= rounds; k++ {
 			for _, id := range []string{"alpha", "beta"} {
 				if err := a.Announce(h.ctx(), h.election, id, fmt.Appendf(nil, "%02d", k), la); err != nil {

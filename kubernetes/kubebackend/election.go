@@ -272,16 +272,8 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	out := make(chan elector.Observation, 1)
 	b.startReaper()
-	go func() {
-		defer close(out)
-		w := &watcher{b: b, election: election, out: out, last: afterRev}
-		if err := w.run(ctx); err != nil && ctx.Err() == nil {
-			select {
-			case out <- elector.Observation{Err: err}:
-			case <-ctx.Done():
-			}
-		}
-	}()
+	w := &watcher{b: b, election: election, out: out, last: afterRev}
+	runWatch(ctx, b, out, func(err error) elector.Observation { return elector.Observation{Err: err} }, w.run)
 	return out
 }
 
@@ -336,23 +328,7 @@ func (w *watcher) run(ctx context.Context) error {
 			return err
 		}
 	}
-	for {
-		ch, stop, err := watchNamed(ctx, leases, name, from)
-		if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
-			if from, err = w.relist(ctx); err != nil {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			return w.b.describe("watch", err)
-		}
-		from, err = w.events(ctx, ch, from)
-		stop()
-		if err != nil {
-			return err
-		}
-	}
+	return w.b.watchOn(ctx, leases, namedOpts(name), from, w.relist, w.events)
 }
 
 // relist reports the current state if it is newer than the last report, and returns the
@@ -380,14 +356,8 @@ func (w *watcher) events(ctx context.Context, ch <-chan event, from int64) (int6
 				return from, w.b.describe("update", err)
 			}
 		case ev, ok := <-ch:
-			if !ok {
-				return from, nil
-			}
-			if ev.err != nil {
-				if apierrors.IsGone(ev.err) || apierrors.IsResourceExpired(ev.err) {
-					return w.relist(ctx)
-				}
-				return from, w.b.describe("watch", ev.err)
+			if ended, next, err := w.b.watchEnded(ctx, ev, ok, from, w.relist); ended {
+				return next, err
 			}
 			from = max(from, ev.rev)
 			if ev.obj == nil {
