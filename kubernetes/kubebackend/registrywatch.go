@@ -17,7 +17,9 @@ import (
 // afresh on 410 Gone. An announcement counts only while its lease object exists, as in
 // Candidates: each one's lease is followed through the reaper (reaper.go), and one whose
 // lease object goes leaves the list at once, before the revoker or the reaper deletes the
-// announcement itself.
+// announcement itself. A lease's end comes from the reaper's watch, not this one, so it
+// may be reported before an announcement the store wrote just before it; announcements
+// come in the store's order.
 func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan elector.CandidatesChange {
 	out := make(chan elector.CandidatesChange, 1)
 	b.startReaper()
