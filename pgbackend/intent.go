@@ -83,6 +83,9 @@ func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan e
 	var last []elector.CandidateEntry // nil until the first report
 	b.follow(ctx, topic{election, candidatesTopic}, func(err error) { send(ctx, out, elector.CandidatesChange{Err: err}) },
 		func(ctx context.Context, _ *vacancy) (time.Duration, bool) {
+			if last != nil && !settle(ctx) {
+				return 0, false
+			}
 			list, soonest, err := b.readCandidates(ctx, election)
 			if err != nil {
 				if ctx.Err() == nil {
@@ -99,6 +102,26 @@ func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan e
 			return soonest, true
 		}, func() { close(out) })
 	return out
+}
+
+// candidatesSettle is how long a watch of the candidates waits before it reads again. The
+// notifications come in bursts: every instance announces itself as a fleet starts, and in
+// a handover the leaving leader announces that it leaves just as its successor campaigns.
+// Waiting a moment makes one read of a burst, after the handover's own statements; the
+// candidates' view lags the store by as much, which nothing it serves notices (a transfer
+// to a candidate it does not list yet reads the store).
+const candidatesSettle = 50 * time.Millisecond
+
+// settle waits candidatesSettle; it returns false if ctx ended first.
+func settle(ctx context.Context) bool {
+	t := time.NewTimer(candidatesSettle)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 func sameEntry(x, y elector.CandidateEntry) bool {
