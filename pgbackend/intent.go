@@ -74,16 +74,29 @@ ORDER BY c.id`, b.names.candidates, b.names.leases), election)
 }
 
 // WatchCandidates implements elector.Backend, as WatchIntent: read the registry again on a
-// notification about it, when the first of the listed candidates' leases is due to expire
-// (nothing is written then), and every poll interval, and report the list when it
-// differs from the last one reported. The notification only says that something changed:
-// what is reported is what the read finds.
+// notification about it, a poll interval after the first of the listed candidates' leases
+// was due to expire (nothing is written then), and at least every third poll interval
+// (every poll interval with DisableListen), and report the list when it differs from the
+// last one reported. The notification only says that something changed: what is
+// reported is what the read finds.
+//
+// This watch polls less than the others: every election of every instance runs one, and
+// what it serves (see elector's registry.go) can do with a view that is a few seconds
+// late when a notification was lost. A lease that ran out is seen a poll interval late:
+// a read right at its expiry would find it renewed nearly always, and read again a poll
+// interval later for nothing.
 func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan elector.CandidatesChange {
 	out := make(chan elector.CandidatesChange, 1)
-	var last []elector.CandidateEntry // nil until the first report
+	var (
+		last []elector.CandidateEntry // nil until the first report
+		due  time.Time                // when the timer alone makes the next read
+	)
 	b.follow(ctx, topic{election, candidatesTopic}, func(err error) { send(ctx, out, elector.CandidatesChange{Err: err}) },
-		func(ctx context.Context, _ *vacancy) (time.Duration, bool) {
-			if last != nil && !settle(ctx) {
+		func(ctx context.Context, why wakeup) (time.Duration, bool) {
+			if !why.asked && time.Now().Before(due) {
+				return time.Until(due), true
+			}
+			if last != nil && why.asked && !settle(ctx) {
 				return 0, false
 			}
 			list, soonest, err := b.readCandidates(ctx, election)
@@ -99,7 +112,16 @@ func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan e
 				}
 				last = list
 			}
-			return soonest, true
+			poll := time.Duration(b.poll.Load())
+			next := poll
+			if !b.cfg.DisableListen {
+				next = 3 * poll
+			}
+			if soonest > 0 {
+				next = min(next, soonest+poll)
+			}
+			due = time.Now().Add(next)
+			return next, true
 		}, func() { close(out) })
 	return out
 }
@@ -161,7 +183,7 @@ func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elect
 	out := make(chan elector.IntentChange, 1)
 	seen := int64(-1) // the rev of the intent last reported; 0 for none
 	b.follow(ctx, topic{election, intentsTopic}, func(err error) { send(ctx, out, elector.IntentChange{Err: err}) },
-		func(ctx context.Context, _ *vacancy) (time.Duration, bool) {
+		func(ctx context.Context, _ wakeup) (time.Duration, bool) {
 			var (
 				value     []byte
 				rev       int64

@@ -72,8 +72,8 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	out := make(chan elector.Observation, 1)
 	base, known := b.baseline(election, afterRev)
 	b.follow(ctx, topic{election, keyTopic}, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
-		func(ctx context.Context, vacated *vacancy) (time.Duration, bool) {
-			if s, ok := vacancyAfter(base, known, vacated); ok {
+		func(ctx context.Context, why wakeup) (time.Duration, bool) {
+			if s, ok := vacancyAfter(base, known, why.vacated); ok {
 				if !send(ctx, out, s.obs) {
 					return 0, false
 				}
@@ -145,13 +145,23 @@ func news(base reported, known bool, r reading) []reported {
 	}
 }
 
+// wakeup is why a watch looks at its rows.
+type wakeup struct {
+	// asked is set when the watch starts and when a notification about its topic came
+	// (the listener sends one to every watch when it has reconnected, since some may have
+	// been lost); a look that is not asked was woken by the timer alone.
+	asked bool
+	// vacated is the vacancy the latest notification described, if it did.
+	vacated *vacancy
+}
+
 // follow looks at t's rows in a goroutine of the backend: once at the start, then again
 // on every notification about t, every poll interval, and a little past the moment look
 // says something expires (0: nothing does), until look returns false or ctx or the
-// backend ends; then it calls done. look is given the vacancy the latest notification
-// described, if any. broken is told if the backend is not ready to start with.
+// backend ends; then it calls done. broken is told if the backend is not ready to start
+// with.
 func (b *Backend) follow(ctx context.Context, t topic, broken func(error),
-	look func(ctx context.Context, vacated *vacancy) (time.Duration, bool), done func()) {
+	look func(ctx context.Context, why wakeup) (time.Duration, bool), done func()) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -166,9 +176,12 @@ func (b *Backend) follow(ctx context.Context, t topic, broken func(error),
 			broken(err)
 			return
 		}
-		for {
-			expiry, ok := look(ctx, sub.takeVacancy())
-			if !ok || !b.sleep(ctx, sub.wake, expiry) {
+		for asked := true; ; {
+			expiry, ok := look(ctx, wakeup{asked: asked, vacated: sub.takeVacancy()})
+			if !ok {
+				return
+			}
+			if asked, ok = b.sleep(ctx, sub.wake, expiry); !ok {
 				return
 			}
 		}
@@ -176,8 +189,9 @@ func (b *Backend) follow(ctx context.Context, t topic, broken func(error),
 }
 
 // sleep waits for a notification, the poll interval, or (if expiry > 0) a little past the
-// holder's lease expiry, whichever comes first; it returns false once ctx ends.
-func (b *Backend) sleep(ctx context.Context, wake <-chan struct{}, expiry time.Duration) bool {
+// holder's lease expiry, whichever comes first. It reports whether a notification woke it,
+// and false once ctx ends.
+func (b *Backend) sleep(ctx context.Context, wake <-chan struct{}, expiry time.Duration) (notified, ok bool) {
 	d := time.Duration(b.poll.Load())
 	if expiry > 0 {
 		// The server's clock decides; a few milliseconds more make sure it has passed.
@@ -187,11 +201,11 @@ func (b *Backend) sleep(ctx context.Context, wake <-chan struct{}, expiry time.D
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return false, false
 	case <-wake:
-		return true
+		return true, true
 	case <-t.C:
-		return true
+		return false, true
 	}
 }
 
