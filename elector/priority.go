@@ -12,9 +12,9 @@ import (
 // Priorities rank the candidates of a fleet, as Patroni's failover_priority does: when
 // several are free to take a vacant key, the highest wins, because each waits before
 // campaigning by a short step per live, healthy candidate of higher priority that the
-// store's registry lists (as the election's view of it has them: registry.go; the campaign is still a compare-and-swap: waiting decides who
-// tries first, never who may hold the key). A candidate of priority 0 never campaigns; it
-// only follows (Patroni's nofailover). With preempt, a healthy candidate of higher priority
+// store's registry lists, as the election's view of it has them (registry.go). The campaign
+// is still a compare-and-swap: waiting decides who tries first, never who may hold the key.
+// A candidate of priority 0 never campaigns; it only follows (Patroni's nofailover). With preempt, a healthy candidate of higher priority
 // than the leader asks it for a graceful transfer, through the same intent as
 // Election.Transfer; it never takes the key by force.
 

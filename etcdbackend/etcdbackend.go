@@ -453,7 +453,7 @@ func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	changes := cli.Watch(leaderCtx(wctx), key, append(opts, clientv3.WithRev(afterRev+1))...)
+	changes := cli.Watch(leaderCtx(wctx), key, append(opts[:len(opts):len(opts)], clientv3.WithRev(afterRev+1))...)
 	for {
 		var resp clientv3.WatchResponse
 		var ok bool
