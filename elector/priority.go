@@ -12,9 +12,9 @@ import (
 // Priorities rank the candidates of a fleet, as Patroni's failover_priority does: when
 // several are free to take a vacant key, the highest wins, because each waits before
 // campaigning by a short step per live, healthy candidate of higher priority that the
-// store's registry lists (the campaign is still a compare-and-swap: waiting decides who
-// tries first, never who may hold the key). A candidate of priority 0 never campaigns; it
-// only follows (Patroni's nofailover). With preempt, a healthy candidate of higher priority
+// store's registry lists, as the election's view of it has them (registry.go). The campaign
+// is still a compare-and-swap: waiting decides who tries first, never who may hold the key.
+// A candidate of priority 0 never campaigns; it only follows (Patroni's nofailover). With preempt, a healthy candidate of higher priority
 // than the leader asks it for a graceful transfer, through the same intent as
 // Election.Transfer; it never takes the key by force.
 
@@ -74,7 +74,7 @@ func priorityStep(ttl time.Duration) time.Duration {
 // key held: no campaign is needed. Any store error lets the campaign go ahead at once.
 func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	mine := e.c.prio.rank.Load()
-	list, err := e.Candidates(ctx)
+	list, err := e.KnownCandidates(ctx)
 	if err != nil {
 		return Observation{}, false
 	}
@@ -109,7 +109,7 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 func (e *Election) preempt(ctx context.Context) {
 	ttl := e.c.cfg.TTL
 	for {
-		changed := e.Changed()
+		changed, registry := e.Changed(), e.registry.changes()
 		if e.c.prio.preempt.Load() && e.outranksLeader(ctx) {
 			t := e.Term()
 			e.c.log().Info("asking a leader of lower priority to hand over", zap.String("election", e.name),
@@ -123,13 +123,14 @@ func (e *Election) preempt(ctx context.Context) {
 			continue
 		}
 		// Priorities change without a change of term (a reload, a peer that joins): look
-		// again every TTL too.
+		// again when the registry changes, and every TTL in case its watch is broken.
 		timer := time.NewTimer(ttl)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return
 		case <-changed:
+		case <-registry:
 		case <-timer.C:
 		}
 		timer.Stop()
@@ -147,7 +148,7 @@ func (e *Election) outranksLeader(ctx context.Context) bool {
 	if _, held := e.heldOff(); held || !e.Healthy() {
 		return false
 	}
-	list, err := e.Candidates(ctx)
+	list, err := e.KnownCandidates(ctx)
 	if err != nil {
 		return false
 	}
