@@ -72,18 +72,21 @@ func priorityStep(ttl time.Duration) time.Duration {
 // and returns false so that the campaign goes ahead (one of them most likely holds the key by
 // then, and the campaign only reads it). It returns an observation and true when it found the
 // key held: no campaign is needed. Any store error lets the campaign go ahead at once.
+//
+// The election's view of the registry answers whether anyone ranks higher, without a store
+// request. One that does yield reads the registry to count, as it waits a step anyway:
+// every candidate then counts the registry as the store has it after the vacancy, not in
+// views that each may lag it differently (the leader that has just resigned announces
+// itself unhealthy at that very moment).
 func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
-	mine := e.c.prio.rank.Load()
 	list, err := e.KnownCandidates(ctx)
-	if err != nil {
+	if err != nil || e.higher(list) == 0 {
 		return Observation{}, false
 	}
-	higher := 0
-	for _, c := range list {
-		if c.ID != e.c.cfg.ID && c.Healthy && int64(c.Priority) > mine {
-			higher++
-		}
+	if list, err = e.Candidates(ctx); err != nil {
+		return Observation{}, false
 	}
+	higher := e.higher(list)
 	if higher == 0 {
 		return Observation{}, false
 	}
@@ -100,6 +103,18 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	case <-t.C:
 	}
 	return Observation{}, false
+}
+
+// higher counts the live, healthy candidates of list, other than this one, that rank above
+// it.
+func (e *Election) higher(list []CandidateInfo) int {
+	mine, n := e.c.prio.rank.Load(), 0
+	for _, c := range list {
+		if c.ID != e.c.cfg.ID && c.Healthy && int64(c.Priority) > mine {
+			n++
+		}
+	}
+	return n
 }
 
 // preempt runs while the election does, when the candidate preempts: whenever another

@@ -11,8 +11,9 @@ import (
 
 // Every election keeps a view of the store's registry of its candidates, fed by the
 // store's watch of it (Backend.WatchCandidates), so that the steps of a handover that
-// look at the fleet cost no round trip: the yield of a lower priority before a campaign,
-// the check of a transfer's target, preemption. The view is as fresh as the watch, which
+// look at the fleet cost no round trip: whether a higher priority is around to yield to
+// before a campaign (one that must yield, and so waits anyway, counts from the store), the
+// check of a transfer's target, preemption. The view is as fresh as the watch, which
 // is what a read just before would have shown but for the watch's delay; those steps only
 // decide who tries first or whom to ask, and the store decides the rest (the campaign
 // is a compare-and-swap). A transfer is never refused on the view alone: when the view
