@@ -229,7 +229,9 @@ func transfer(w http.ResponseWriter, r *http.Request, name string) error {
 	}
 	t := e.Term()
 	result := map[string]any{"election": name, "from": from, "leader": t.Leader.ID, "token": t.Token}
-	if list, err := e.Candidates(r.Context()); err == nil {
+	// From the election's view of the registry: a read here would be one more store
+	// request at the moment the new leader starts.
+	if list, err := e.KnownCandidates(r.Context()); err == nil {
 		if warning := preemptedTransfer(list, to); warning != "" {
 			result["warning"] = warning
 		}

@@ -56,7 +56,7 @@ type Observation struct {
 
 // Backend is what an election needs from a coordination store: leases
 // that expire unless renewed, a compare-and-swap create, deletes guarded by the fencing
-// token, and a watch. The conformance suite in elector/electortest checks every rule below;
+// token, and watches. The conformance suite in elector/electortest checks every rule below;
 // a new store passes it before anything else.
 //
 // Rules that hold for every method:
@@ -147,6 +147,19 @@ type Backend interface {
 	// lease that is still alive, one entry per id with the value last announced, sorted
 	// by id.
 	Candidates(ctx context.Context, election string) ([]CandidateEntry, error)
+	// WatchCandidates reports the election's live candidates, the whole list each time as
+	// Candidates would return it, now and after every change, until ctx ends (the channel
+	// is then closed) or the watch breaks (one CandidatesChange with Err, then the channel
+	// is closed). The first report is the list at a moment after the call began, and every
+	// change after that moment comes in a later report. A change is an entry announced, one
+	// announced again with another value, or one gone with its lease: revoked, or expired
+	// once the store has noticed (as Candidates would no longer list it). Each report is
+	// the list at one moment of the store, reports come in the store's order, and none
+	// shows a state older than one already reported. A store without history may
+	// coalesce changes that follow each other faster than it can report them into the
+	// latest list, but always reports the latest; a report may equal the one before it
+	// (an id announced again with the same value under a new lease).
+	WatchCandidates(ctx context.Context, election string) <-chan CandidatesChange
 	// AppendHistory adds entry (opaque to the store) to the end of the election's history
 	// of terms, and drops the oldest entries beyond the newest keep, atomically: of two
 	// concurrent appends neither is lost (unless keep drops it). The history outlives
@@ -175,6 +188,15 @@ type CandidateEntry struct {
 	ID string
 	// Value is what the candidate last announced (an encoded CandidateInfo).
 	Value []byte
+}
+
+// CandidatesChange is an election's list of live candidates as a watch reports it.
+type CandidatesChange struct {
+	// Candidates lists the live candidates, one entry per id with the value last
+	// announced, sorted by id; empty when there are none.
+	Candidates []CandidateEntry
+	// Err is set (and nothing else) when the watch broke.
+	Err error
 }
 
 // IntentChange is an election's intent as a watch reports it.

@@ -49,6 +49,7 @@
 // candidate.go (a candidate's lifecycle), keepalive.go (its lease), election.go (one
 // election's state), campaign.go (the campaign loop), observe.go (turning observations into
 // published Terms), admission.go (the hot path), heartbeat.go, settle.go, handover.go,
-// intent.go (resign and transfer requests through the store), term.go, lease.go, backend.go
+// intent.go (resign and transfer requests through the store), registry.go (the view of the
+// candidates that a handover consults), term.go, lease.go, backend.go
 // (the store's contract).
 package elector

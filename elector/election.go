@@ -81,6 +81,8 @@ type Election struct {
 	// were logged (id and TTL).
 	fleetTTL    atomic.Int64
 	ttlMismatch sync.Map
+	// registry is the view of the election's candidates (see registry.go).
+	registry registryView
 
 	users     int // guarded by c.mu
 	startOnce sync.Once
@@ -97,6 +99,8 @@ func newElection(c *Candidate, name string) *Election {
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 		resync:  make(chan struct{}, 1),
+
+		registry: newRegistryView(),
 	}
 	e.fs.unknownUntil = c.now().Add(c.cfg.TTL)
 	e.term.Store(&Term{Election: name, Self: c.cfg.ID, Reason: "starting", At: c.now(), end: ended})
@@ -133,7 +137,7 @@ func (e *Election) Start() {
 		e.mu.Lock()
 		e.cancel = cancel
 		e.mu.Unlock()
-		e.c.loops.Add(3)
+		e.c.loops.Add(4)
 		go func() {
 			defer e.c.loops.Done()
 			e.run(ctx)
@@ -145,6 +149,10 @@ func (e *Election) Start() {
 		go func() {
 			defer e.c.loops.Done()
 			e.preempt(ctx)
+		}()
+		go func() {
+			defer e.c.loops.Done()
+			e.followRegistry(ctx)
 		}()
 	})
 }

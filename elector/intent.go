@@ -55,7 +55,7 @@ func (e *Election) RequestResign(ctx context.Context, holdOff time.Duration) err
 // ErrNotCandidate when to takes no part in the election. It may be called on any
 // instance.
 func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duration) error {
-	list, err := e.Candidates(ctx)
+	list, err := e.candidatesToLead(ctx, to)
 	if err != nil {
 		return err
 	}

@@ -12,9 +12,9 @@ import (
 // Priorities rank the candidates of a fleet, as Patroni's failover_priority does: when
 // several are free to take a vacant key, the highest wins, because each waits before
 // campaigning by a short step per live, healthy candidate of higher priority that the
-// store's registry lists (the campaign is still a compare-and-swap: waiting decides who
-// tries first, never who may hold the key). A candidate of priority 0 never campaigns; it
-// only follows (Patroni's nofailover). With preempt, a healthy candidate of higher priority
+// store's registry lists, as the election's view of it has them (registry.go). The campaign
+// is still a compare-and-swap: waiting decides who tries first, never who may hold the key.
+// A candidate of priority 0 never campaigns; it only follows (Patroni's nofailover). With preempt, a healthy candidate of higher priority
 // than the leader asks it for a graceful transfer, through the same intent as
 // Election.Transfer; it never takes the key by force.
 
@@ -72,18 +72,21 @@ func priorityStep(ttl time.Duration) time.Duration {
 // and returns false so that the campaign goes ahead (one of them most likely holds the key by
 // then, and the campaign only reads it). It returns an observation and true when it found the
 // key held: no campaign is needed. Any store error lets the campaign go ahead at once.
+//
+// The election's view of the registry answers whether anyone ranks higher, without a store
+// request. One that does yield reads the registry to count, as it waits a step anyway:
+// every candidate then counts the registry as the store has it after the vacancy, not in
+// views that each may lag it differently (the leader that has just resigned announces
+// itself unhealthy at that very moment).
 func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
-	mine := e.c.prio.rank.Load()
-	list, err := e.Candidates(ctx)
-	if err != nil {
+	list, err := e.KnownCandidates(ctx)
+	if err != nil || e.higher(list) == 0 {
 		return Observation{}, false
 	}
-	higher := 0
-	for _, c := range list {
-		if c.ID != e.c.cfg.ID && c.Healthy && int64(c.Priority) > mine {
-			higher++
-		}
+	if list, err = e.Candidates(ctx); err != nil {
+		return Observation{}, false
 	}
+	higher := e.higher(list)
 	if higher == 0 {
 		return Observation{}, false
 	}
@@ -102,6 +105,18 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	return Observation{}, false
 }
 
+// higher counts the live, healthy candidates of list, other than this one, that rank above
+// it.
+func (e *Election) higher(list []CandidateInfo) int {
+	mine, n := e.c.prio.rank.Load(), 0
+	for _, c := range list {
+		if c.ID != e.c.cfg.ID && c.Healthy && int64(c.Priority) > mine {
+			n++
+		}
+	}
+	return n
+}
+
 // preempt runs while the election does, when the candidate preempts: whenever another
 // instance leads a settled term with a lower priority than this one, and this one is healthy
 // and free to campaign, it asks for a transfer to itself. A transfer that fails (the leader
@@ -109,7 +124,7 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 func (e *Election) preempt(ctx context.Context) {
 	ttl := e.c.cfg.TTL
 	for {
-		changed := e.Changed()
+		changed, registry := e.Changed(), e.registry.changes()
 		if e.c.prio.preempt.Load() && e.outranksLeader(ctx) {
 			t := e.Term()
 			e.c.log().Info("asking a leader of lower priority to hand over", zap.String("election", e.name),
@@ -123,13 +138,14 @@ func (e *Election) preempt(ctx context.Context) {
 			continue
 		}
 		// Priorities change without a change of term (a reload, a peer that joins): look
-		// again every TTL too.
+		// again when the registry changes, and every TTL in case its watch is broken.
 		timer := time.NewTimer(ttl)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return
 		case <-changed:
+		case <-registry:
 		case <-timer.C:
 		}
 		timer.Stop()
@@ -147,7 +163,7 @@ func (e *Election) outranksLeader(ctx context.Context) bool {
 	if _, held := e.heldOff(); held || !e.Healthy() {
 		return false
 	}
-	list, err := e.Candidates(ctx)
+	list, err := e.KnownCandidates(ctx)
 	if err != nil {
 		return false
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"sort"
 	"time"
 
 	"go.uber.org/zap"
@@ -85,17 +84,7 @@ func (e *Election) Candidates(ctx context.Context) ([]CandidateInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	list := make([]CandidateInfo, 0, len(entries))
-	for _, en := range entries {
-		// An entry without a priority was announced before priorities existed.
-		info := CandidateInfo{Priority: DefaultPriority}
-		if json.Unmarshal(en.Value, &info) != nil {
-			info = CandidateInfo{Priority: DefaultPriority}
-		}
-		info.ID = en.ID
-		list = append(list, info)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	list := decodeCandidates(entries)
 	e.noteTTLs(list)
 	return list, nil
 }

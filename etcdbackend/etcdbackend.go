@@ -415,23 +415,25 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	go func() {
 		defer close(out)
 		watchKey(ctx, b, b.Key(election), afterRev, out,
-			func(at mark, ev *clientv3.Event) (elector.Observation, error) {
+			perEvent(func(at mark, ev *clientv3.Event) (elector.Observation, error) {
 				o := elector.Observation{Revision: ev.Kv.ModRevision}
 				if ev.Type == clientv3.EventTypePut {
 					o.Holder = holder(ev.Kv)
 				}
 				return b.termChecked(at, election, o)
-			},
+			}),
 			func(err error) elector.Observation { return elector.Observation{Err: err} })
 	}()
 	return out
 }
 
-// watchKey sends each change of key after revision afterRev to out, converted by change,
-// until ctx ends or the watch breaks (or change, given the watch's mark, fails); then it
-// sends broken(the reason) and returns. It returns false if ctx ended first.
+// watchKey sends the changes of key (of every key under it, with clientv3.WithPrefix in
+// opts) after revision afterRev to out, as change converts each response's events, until
+// ctx ends or the watch breaks (or change, given the watch's mark, fails: what it
+// converted before is sent first); then it sends broken(the reason) and returns. It
+// returns false if ctx ended first.
 func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64, out chan<- T,
-	change func(mark, *clientv3.Event) (T, error), broken func(error) T) bool {
+	change func(mark, []*clientv3.Event) ([]T, error), broken func(error) T, opts ...clientv3.OpOption) bool {
 	send := func(v T) bool {
 		select {
 		case out <- v:
@@ -451,7 +453,7 @@ func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	changes := cli.Watch(leaderCtx(wctx), key, clientv3.WithRev(afterRev+1))
+	changes := cli.Watch(leaderCtx(wctx), key, append(opts[:len(opts):len(opts)], clientv3.WithRev(afterRev+1))...)
 	for {
 		var resp clientv3.WatchResponse
 		var ok bool
@@ -473,16 +475,60 @@ func watchKey[T any](ctx context.Context, b *Backend, key string, afterRev int64
 		if err := b.loose(ctx, cli, at, resp.Header); err != nil {
 			return send(broken(err))
 		}
-		for _, ev := range resp.Events {
-			v, err := change(at, ev)
-			if err != nil {
-				return send(broken(err))
-			}
+		values, err := change(at, resp.Events)
+		for _, v := range values {
 			if !send(v) {
 				return false
 			}
 		}
+		if err != nil {
+			return send(broken(err))
+		}
 	}
+}
+
+// perEvent is a conversion for watchKey that converts each event on its own.
+func perEvent[T any](change func(mark, *clientv3.Event) (T, error)) func(mark, []*clientv3.Event) ([]T, error) {
+	return func(at mark, evs []*clientv3.Event) ([]T, error) {
+		values := make([]T, 0, len(evs))
+		for _, ev := range evs {
+			v, err := change(at, ev)
+			if err != nil {
+				return values, err
+			}
+			values = append(values, v)
+		}
+		return values, nil
+	}
+}
+
+// readThenWatch reads key (every key under it, with clientv3.WithPrefix in opts), sends
+// first(what it read), and then its changes as watchKey does, from the read's revision on:
+// no change falls between the read and the watch.
+func readThenWatch[T any](ctx context.Context, b *Backend, key string, out chan<- T, first func([]*mvccpb.KeyValue) T,
+	change func(mark, []*clientv3.Event) ([]T, error), broken func(error) T, opts ...clientv3.OpOption) {
+	cli, err := b.client(ctx)
+	if err != nil {
+		watchKeyFailed(ctx, out, broken(err))
+		return
+	}
+	at := b.mark()
+	resp, err := cli.Get(leaderCtx(ctx), key, opts...)
+	if err == nil {
+		err = b.checked(at, resp.Header)
+	} else {
+		err = b.describe(err)
+	}
+	if err != nil {
+		watchKeyFailed(ctx, out, broken(err))
+		return
+	}
+	select {
+	case out <- first(resp.Kvs):
+	case <-ctx.Done():
+		return
+	}
+	watchKey(ctx, b, key, resp.Header.Revision, out, change, broken, opts...)
 }
 
 // Update implements elector.Backend: put the new value only if the key is still the same

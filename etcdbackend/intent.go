@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -42,8 +43,7 @@ func (b *Backend) Announce(ctx context.Context, election, id string, value []byt
 	return b.checked(at, resp.Header)
 }
 
-// Candidates implements elector.Backend. The id is read from the key; when one id is
-// announced under two leases, the entry written last wins.
+// Candidates implements elector.Backend.
 func (b *Backend) Candidates(ctx context.Context, election string) ([]elector.CandidateEntry, error) {
 	cli, err := b.client(ctx)
 	if err != nil {
@@ -58,8 +58,14 @@ func (b *Backend) Candidates(ctx context.Context, election string) ([]elector.Ca
 	if err := b.checked(at, resp.Header); err != nil {
 		return nil, err
 	}
-	latest := make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	return candidateList(prefix, resp.Kvs), nil
+}
+
+// candidateList turns the keys under prefix into the registry's entries. The id is read
+// from the key; when one id is announced under two leases, the entry written last wins.
+func candidateList(prefix string, kvs []*mvccpb.KeyValue) []elector.CandidateEntry {
+	latest := make(map[string]*mvccpb.KeyValue, len(kvs))
+	for _, kv := range kvs {
 		rest := strings.TrimPrefix(string(kv.Key), prefix)
 		id := rest[:max(0, strings.LastIndexByte(rest, '/'))]
 		if seen, ok := latest[id]; id != "" && (!ok || kv.ModRevision > seen.ModRevision) {
@@ -71,7 +77,46 @@ func (b *Backend) Candidates(ctx context.Context, election string) ([]elector.Ca
 		list = append(list, elector.CandidateEntry{ID: id, Value: kv.Value})
 	}
 	slices.SortFunc(list, func(x, y elector.CandidateEntry) int { return strings.Compare(x.ID, y.ID) })
-	return list, nil
+	return list
+}
+
+// WatchCandidates implements elector.Backend: a read of the registry's keys, then a watch
+// of them from the read's revision on. The events of one revision (one transaction) are
+// one change.
+func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan elector.CandidatesChange {
+	out := make(chan elector.CandidatesChange, 1)
+	prefix := b.candidatesPrefix(election)
+	keys := map[string]*mvccpb.KeyValue{}
+	current := func() elector.CandidatesChange {
+		return elector.CandidatesChange{Candidates: candidateList(prefix, slices.Collect(maps.Values(keys)))}
+	}
+	go func() {
+		defer close(out)
+		readThenWatch(ctx, b, prefix, out,
+			func(kvs []*mvccpb.KeyValue) elector.CandidatesChange {
+				for _, kv := range kvs {
+					keys[string(kv.Key)] = kv
+				}
+				return current()
+			},
+			func(_ mark, evs []*clientv3.Event) ([]elector.CandidatesChange, error) {
+				var changes []elector.CandidatesChange
+				for i, ev := range evs {
+					if ev.Type == clientv3.EventTypePut {
+						keys[string(ev.Kv.Key)] = ev.Kv
+					} else {
+						delete(keys, string(ev.Kv.Key))
+					}
+					if i == len(evs)-1 || evs[i+1].Kv.ModRevision != ev.Kv.ModRevision {
+						changes = append(changes, current())
+					}
+				}
+				return changes, nil
+			},
+			func(err error) elector.CandidatesChange { return elector.CandidatesChange{Err: err} },
+			clientv3.WithPrefix())
+	}()
+	return out
 }
 
 // SetIntent implements elector.Backend: the intent is bound to a lease of its own, so
@@ -136,40 +181,20 @@ func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elect
 	out := make(chan elector.IntentChange, 1)
 	go func() {
 		defer close(out)
-		broken := func(err error) elector.IntentChange { return elector.IntentChange{Err: err} }
-		cli, err := b.client(ctx)
-		if err != nil {
-			watchKeyFailed(ctx, out, broken(err))
-			return
-		}
-		at := b.mark()
-		key := b.intentKey(election)
-		resp, err := cli.Get(leaderCtx(ctx), key)
-		if err == nil {
-			err = b.checked(at, resp.Header)
-		} else {
-			err = b.describe(err)
-		}
-		if err != nil {
-			watchKeyFailed(ctx, out, broken(err))
-			return
-		}
-		current := elector.IntentChange{}
-		if len(resp.Kvs) > 0 {
-			current.Value = resp.Kvs[0].Value
-		}
-		select {
-		case out <- current:
-		case <-ctx.Done():
-			return
-		}
-		watchKey(ctx, b, key, resp.Header.Revision, out,
-			func(_ mark, ev *clientv3.Event) (elector.IntentChange, error) {
+		readThenWatch(ctx, b, b.intentKey(election), out,
+			func(kvs []*mvccpb.KeyValue) elector.IntentChange {
+				if len(kvs) > 0 {
+					return elector.IntentChange{Value: kvs[0].Value}
+				}
+				return elector.IntentChange{}
+			},
+			perEvent(func(_ mark, ev *clientv3.Event) (elector.IntentChange, error) {
 				if ev.Type == clientv3.EventTypePut {
 					return elector.IntentChange{Value: ev.Kv.Value}, nil
 				}
 				return elector.IntentChange{}, nil
-			}, broken)
+			}),
+			func(err error) elector.IntentChange { return elector.IntentChange{Err: err} })
 	}()
 	return out
 }

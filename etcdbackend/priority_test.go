@@ -23,24 +23,26 @@ func TestPriority(t *testing.T) {
 	start := func(t *testing.T, election, id string, priority int, preempt bool) *node {
 		return startNode(t, cluster, id, fleetOptions{ttl: ttl, election: election, priority: priority, preempt: preempt})
 	}
-	// waitRegistry waits until n's registry lists want (id:priority:healthy, sorted by id).
-	waitRegistry := func(t *testing.T, n *node, want string) {
+	// waitRegistry waits until the registry lists want (id:priority:healthy, sorted by id)
+	// in the view of each of nodes: what each consults when it yields.
+	waitRegistry := func(t *testing.T, want string, nodes ...*node) {
 		t.Helper()
-		var got string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			list, err := n.election.Candidates(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = ""
-			for _, c := range list {
-				got += fmt.Sprintf("%s:%d:%v ", c.ID, c.Priority, c.Healthy)
-			}
-			if got == want {
-				return
+		for _, n := range nodes {
+			var got string
+			for deadline := time.Now().Add(10 * time.Second); got != want; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s's registry %q, want %q", n.id, got, want)
+				}
+				list, err := n.election.KnownCandidates(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = ""
+				for _, c := range list {
+					got += fmt.Sprintf("%s:%d:%v ", c.ID, c.Priority, c.Healthy)
+				}
 			}
 		}
-		t.Fatalf("registry %q, want %q", got, want)
 	}
 	// waitLeads waits until n leads, failing if any of never ever holds the key meanwhile.
 	waitLeads := func(t *testing.T, n *node, never ...*node) int64 {
@@ -61,7 +63,7 @@ func TestPriority(t *testing.T) {
 
 	t.Run("priority_0_never_leads", func(t *testing.T) {
 		never := start(t, "never", "never", elector.NeverLead, false)
-		waitRegistry(t, never, "never:0:true ")
+		waitRegistry(t, "never:0:true ", never)
 		// Alone with a vacant key, it only follows; once another candidate joins, that one
 		// leads at its first campaign.
 		if err := never.election.Resign(ctx, 0); err != nil { // a loop pass: it reads the vacant key
@@ -91,14 +93,14 @@ func TestPriority(t *testing.T) {
 		low := start(t, "vacancy", "low", 1, false)
 		high := start(t, "vacancy", "high", 3, false)
 		mid := start(t, "vacancy", "mid", 2, false)
-		waitRegistry(t, first, "first:1:true high:3:true low:1:true mid:2:true ")
+		waitRegistry(t, "first:1:true high:3:true low:1:true mid:2:true ", first, low, high, mid)
 		// Every follower sees the vacancy at once; the highest campaigns first.
 		if err := first.election.Resign(ctx, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		waitLeads(t, high, low, mid)
 		// Resigned and held off, it is no longer healthy: the next highest wins.
-		waitRegistry(t, low, "first:1:false high:3:true low:1:true mid:2:true ")
+		waitRegistry(t, "first:1:false high:3:true low:1:true mid:2:true ", low, mid)
 		if err := high.election.Resign(ctx, time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -128,6 +130,6 @@ func TestPriority(t *testing.T) {
 		if !low.election.Healthy() {
 			t.Error("the preempted leader is held off")
 		}
-		waitRegistry(t, low, "high:5:true low:1:true ")
+		waitRegistry(t, "high:5:true low:1:true ", low)
 	})
 }

@@ -10,8 +10,9 @@ import (
 )
 
 // leaderAddresses finds the layer-4 address of an election's leader in the candidate
-// registry, once per term: a follower pays one store request for the first connection it
-// hands over in a term, and none after.
+// registry, once per term, from the election's view of it (elector.Election.KnownCandidates):
+// a follower pays no store request for the connections it hands over, unless the view's
+// watch is broken, and then one for the first connection of a term.
 type leaderAddresses struct {
 	e    *elector.Election
 	mu   sync.Mutex // one lookup at a time
@@ -37,7 +38,8 @@ func leadersOf(e *elector.Election) *leaderAddresses {
 }
 
 // address returns the layer-4 address that the leader of term t announced, or "" if it
-// announced none. It blocks for one store request at most.
+// announced none. It asks the election's view of the registry, kept by a watch, and so
+// blocks for one store request at most only while that watch is broken.
 func (b *leaderAddresses) address(t *elector.Term) (string, error) {
 	if a := b.last.Load(); a != nil && a.token == t.Token && a.id == t.Leader.ID {
 		return a.addr, nil
@@ -49,7 +51,7 @@ func (b *leaderAddresses) address(t *elector.Term) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
-	list, err := b.e.Candidates(ctx)
+	list, err := b.e.KnownCandidates(ctx)
 	if err != nil {
 		return "", fmt.Errorf("listing the candidates: %v", err)
 	}

@@ -1,9 +1,11 @@
 package pgbackend
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
@@ -33,23 +35,119 @@ func (b *Backend) Candidates(ctx context.Context, election string) ([]elector.Ca
 	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
+	list, _, err := b.readCandidates(ctx, election)
+	return list, err
+}
+
+// readCandidates lists the election's live candidates, and how long the first of their
+// leases to expire has left by the server's clock (0 if there are none).
+func (b *Backend) readCandidates(ctx context.Context, election string) ([]elector.CandidateEntry, time.Duration, error) {
 	rows, err := b.pool.Query(ctx, fmt.Sprintf(`
-SELECT c.id, c.value FROM %[1]s c JOIN %[2]s l ON l.id = c.lease
+SELECT c.id, c.value, extract(epoch FROM l.expires_at - clock_timestamp())::float8
+FROM %[1]s c JOIN %[2]s l ON l.id = c.lease
 WHERE c.election = $1 AND l.expires_at > clock_timestamp()
 ORDER BY c.id`, b.names.candidates, b.names.leases), election)
 	if err != nil {
-		return nil, b.describe(err)
+		return nil, 0, b.describe(err)
 	}
 	defer rows.Close()
 	list := []elector.CandidateEntry{}
+	var soonest float64
 	for rows.Next() {
-		var en elector.CandidateEntry
-		if err := rows.Scan(&en.ID, &en.Value); err != nil {
-			return nil, b.describe(err)
+		var (
+			en        elector.CandidateEntry
+			remaining float64
+		)
+		if err := rows.Scan(&en.ID, &en.Value, &remaining); err != nil {
+			return nil, 0, b.describe(err)
 		}
 		list = append(list, en)
+		if len(list) == 1 || remaining < soonest {
+			soonest = remaining
+		}
 	}
-	return list, b.describe(rows.Err())
+	if len(list) == 0 {
+		return list, 0, b.describe(rows.Err())
+	}
+	// Never 0, which would say that nothing expires.
+	return list, max(time.Millisecond, time.Duration(soonest*float64(time.Second))), b.describe(rows.Err())
+}
+
+// WatchCandidates implements elector.Backend, as WatchIntent: read the registry again on a
+// notification about it, a poll interval after the first of the listed candidates' leases
+// was due to expire (nothing is written then), and at least every third poll interval
+// (every poll interval with DisableListen), and report the list when it differs from the
+// last one reported. The notification only says that something changed: what is
+// reported is what the read finds.
+//
+// This watch polls less than the others: every election of every instance runs one, and
+// what it serves (see elector's registry.go) can do with a view that is a few seconds
+// late when a notification was lost. A lease that ran out is seen a poll interval late:
+// a read right at its expiry would find it renewed nearly always, and read again a poll
+// interval later for nothing.
+func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan elector.CandidatesChange {
+	out := make(chan elector.CandidatesChange, 1)
+	var (
+		last []elector.CandidateEntry // nil until the first report
+		due  time.Time                // when the timer alone makes the next read
+	)
+	b.follow(ctx, topic{election, candidatesTopic}, func(err error) { send(ctx, out, elector.CandidatesChange{Err: err}) },
+		func(ctx context.Context, why wakeup) (time.Duration, bool) {
+			if !why.asked && time.Now().Before(due) {
+				return time.Until(due), true
+			}
+			if last != nil && why.asked && !settle(ctx) {
+				return 0, false
+			}
+			list, soonest, err := b.readCandidates(ctx, election)
+			if err != nil {
+				if ctx.Err() == nil {
+					send(ctx, out, elector.CandidatesChange{Err: err})
+				}
+				return 0, false
+			}
+			if last == nil || !slices.EqualFunc(list, last, sameEntry) {
+				if !send(ctx, out, elector.CandidatesChange{Candidates: list}) {
+					return 0, false
+				}
+				last = list
+			}
+			poll := time.Duration(b.poll.Load())
+			next := poll
+			if !b.cfg.DisableListen {
+				next = 3 * poll
+			}
+			if soonest > 0 {
+				next = min(next, soonest+poll)
+			}
+			due = time.Now().Add(next)
+			return next, true
+		}, func() { close(out) })
+	return out
+}
+
+// candidatesSettle is how long a watch of the candidates waits before it reads again. The
+// notifications come in bursts: every instance announces itself as a fleet starts, and in
+// a handover the leaving leader announces that it leaves just as its successor campaigns.
+// Waiting a moment makes one read of a burst, after the handover's own statements; the
+// candidates' view lags the store by as much, which nothing it serves notices (a transfer
+// to a candidate it does not list yet reads the store).
+const candidatesSettle = 50 * time.Millisecond
+
+// settle waits candidatesSettle; it returns false if ctx ended first.
+func settle(ctx context.Context) bool {
+	t := time.NewTimer(candidatesSettle)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func sameEntry(x, y elector.CandidateEntry) bool {
+	return x.ID == y.ID && bytes.Equal(x.Value, y.Value)
 }
 
 // SetIntent implements elector.Backend. Expired intents of other elections are deleted on
@@ -84,8 +182,8 @@ func (b *Backend) ClearIntent(ctx context.Context, election string, value []byte
 func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elector.IntentChange {
 	out := make(chan elector.IntentChange, 1)
 	seen := int64(-1) // the rev of the intent last reported; 0 for none
-	b.follow(ctx, topic{election: election, intents: true}, func(err error) { send(ctx, out, elector.IntentChange{Err: err}) },
-		func(ctx context.Context) (time.Duration, bool) {
+	b.follow(ctx, topic{election, intentsTopic}, func(err error) { send(ctx, out, elector.IntentChange{Err: err}) },
+		func(ctx context.Context, _ wakeup) (time.Duration, bool) {
 			var (
 				value     []byte
 				rev       int64

@@ -12,7 +12,7 @@ import (
 )
 
 func TestParseNotice(t *testing.T) {
-	key, intents := topic{election: "e"}, topic{election: "e", intents: true}
+	key, intents, candidates := topic{"e", keyTopic}, topic{"e", intentsTopic}, topic{"e", candidatesTopic}
 	for _, tc := range []struct {
 		name, payload string
 		want          []topic
@@ -20,9 +20,10 @@ func TestParseNotice(t *testing.T) {
 		{"an_earlier_versions_payload_wakes_both", "e", []topic{key, intents}},
 		{"key_written", "e/k", []topic{key}},
 		{"intent_changed", "e/i", []topic{intents}},
+		{"candidate_changed", "e/c", []topic{candidates}},
 		{"key_deleted", "e/d/7/9/12", []topic{key}},
 		{"key_deleted_with_garbage", "e/d/x/9/12", []topic{key}},
-		{"a_later_versions_kind_wakes_both", "e/z/1", []topic{key, intents}},
+		{"a_later_versions_kind_wakes_every_watch", "e/z/1", []topic{key, intents, candidates}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := parseNotice(tc.payload); !reflect.DeepEqual(got, tc.want) {
@@ -202,6 +203,57 @@ func TestWatchActsOnNotifications(t *testing.T) {
 		}
 		if n := quiet(); n != before+1 {
 			t.Errorf("an intent's change cost the watcher %d statements, want 1 (the intent watch's read)", n-before)
+		}
+	})
+
+	t.Run("an_announcement_wakes_the_candidates_watch_alone", func(t *testing.T) {
+		election := "notice-candidates"
+		_, lease, _ := watchHeld(t, election)
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		candidates := watcher.WatchCandidates(wctx, election)
+		report := func(what string) []elector.CandidateEntry {
+			t.Helper()
+			select {
+			case c := <-candidates:
+				if c.Err != nil {
+					t.Fatalf("waiting for %s: the candidates watch broke: %v", what, c.Err)
+				}
+				return c.Candidates
+			case <-time.After(10 * time.Second):
+				t.Fatalf("waiting for %s: the candidates watch reported nothing within 10s (it polls once an hour)", what)
+			}
+			return nil
+		}
+		if got := report("the first list"); len(got) != 0 {
+			t.Fatalf("the candidates watch first reported %+v, want none", got)
+		}
+		before := quiet()
+		if err := holder.Announce(ctx, election, "alpha", []byte("a-1"), lease); err != nil {
+			t.Fatal(err)
+		}
+		if got := report("the announcement"); len(got) != 1 || got[0].ID != "alpha" || string(got[0].Value) != "a-1" {
+			t.Fatalf("the candidates watch reported %+v, want alpha=a-1", got)
+		}
+		if n := quiet(); n != before+1 {
+			t.Errorf("an announcement cost the watcher %d statements, want 1 (the candidates watch's read)", n-before)
+		}
+		// A forged notification makes the watch read, and report nothing: the list is
+		// what the read finds.
+		exec(t, `SELECT pg_notify('caddy_leader_changes', $1)`, election+"/c")
+		if n := quiet(); n != before+2 {
+			t.Errorf("a forged notification cost the watcher %d statements, want 1 (a read)", n-before-1)
+		}
+		select {
+		case c := <-candidates:
+			t.Fatalf("after a forged notification the candidates watch reported %+v", c)
+		default:
+		}
+		if err := holder.Revoke(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+		if got := report("the revoke"); len(got) != 0 {
+			t.Fatalf("after the lease was revoked the candidates watch reported %+v, want none", got)
 		}
 	})
 

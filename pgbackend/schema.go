@@ -75,9 +75,11 @@ func Schema(prefix string) (string, error) {
 //     It also names the term before a new one (Observation.Prev). A watch
 //     reads the key, not its history: without it a heartbeat followed at once by a delete
 //     would reach a watch that read before both as a bare vacancy (see Watch).
-//   - The triggers NOTIFY listeners of every change of an election or intent row,
-//     whoever makes it (an operator's UPDATE or DELETE too), and say which it was; a
-//     key's delete carries the vacancy's revision (notice.go).
+//   - The triggers NOTIFY listeners of every change of an election, intent or candidate
+//     row, whoever makes it (an operator's UPDATE or DELETE too, and a lease's cascade),
+//     and say which it was; a key's delete carries the vacancy's revision (notice.go).
+//     A lease's renewal notifies nobody: it changes no candidate. (A database set up by
+//     an earlier version keeps its <prefix>notify_intent(), unused now.)
 func schema(n names) string {
 	return fmt.Sprintf(`
 CREATE SEQUENCE IF NOT EXISTS %[1]s;
@@ -162,18 +164,20 @@ END
 $f$;
 CREATE OR REPLACE TRIGGER %[4]s_truncated BEFORE TRUNCATE ON %[4]s
 	FOR EACH STATEMENT EXECUTE FUNCTION %[8]s_truncated();
-CREATE OR REPLACE FUNCTION %[8]s_intent() RETURNS trigger LANGUAGE plpgsql AS $f$
+CREATE OR REPLACE FUNCTION %[8]s_tagged() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	IF TG_OP = 'DELETE' THEN
-		PERFORM pg_notify('%[9]s', OLD.election || '/i');
+		PERFORM pg_notify('%[9]s', OLD.election || '/' || TG_ARGV[0]);
 	ELSE
-		PERFORM pg_notify('%[9]s', NEW.election || '/i');
+		PERFORM pg_notify('%[9]s', NEW.election || '/' || TG_ARGV[0]);
 	END IF;
 	RETURN NULL;
 END
 $f$;
 CREATE OR REPLACE TRIGGER %[5]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[5]s
-	FOR EACH ROW EXECUTE FUNCTION %[8]s_intent();
+	FOR EACH ROW EXECUTE FUNCTION %[8]s_tagged('i');
+CREATE OR REPLACE TRIGGER %[6]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[6]s
+	FOR EACH ROW EXECUTE FUNCTION %[8]s_tagged('c');
 `, n.seq, n.next, n.leases, n.elections, n.intents, n.candidates, n.acks, n.notify, n.channel, "name", n.history, n.vacated) +
 		fenceSchema(n)
 }

@@ -73,8 +73,8 @@ func (b *Backend) baseline(election string, afterRev int64) (reported, bool) {
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	out := make(chan elector.Observation, 1)
 	base, known := b.baseline(election, afterRev)
-	b.follow(ctx, topic{election: election}, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
-		func(ctx context.Context) (time.Duration, bool) {
+	b.follow(ctx, topic{election, keyTopic}, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
+		func(ctx context.Context, _ wakeup) (time.Duration, bool) {
 			r, err := b.read(ctx, election, 0)
 			if err != nil {
 				if ctx.Err() == nil {
@@ -126,11 +126,20 @@ func news(base reported, known bool, r reading) []reported {
 	}
 }
 
-// notificationReads bounds the reads that notifications make one watch send: a burst of a
+// notificationReads bounds the looks that notifications make one watch take: a burst of a
 // few (a handover's delete and insert, a heartbeat), then one every 20 ms at most. Real
 // changes come nowhere near it; a flood of forged NOTIFYs costs each watch 50 reads a
 // second, not one per notification.
 func notificationReads() *rate.Limiter { return rate.NewLimiter(rate.Every(20*time.Millisecond), 4) }
+
+// wakeup is why a watch looks at its rows.
+type wakeup struct {
+	// asked is set when the watch starts and when a notification about its topic came
+	// (the listener sends one to every watch when it has reconnected, since some may have
+	// been lost); a look that is not asked was woken by the timer alone. A notification
+	// only ever makes the watch look: what it finds decides.
+	asked bool
+}
 
 // follow looks at t's rows in a goroutine of the backend: once at the start, then again
 // on every notification about t (within notificationReads), every poll interval, and a
@@ -138,7 +147,7 @@ func notificationReads() *rate.Limiter { return rate.NewLimiter(rate.Every(20*ti
 // returns false or ctx or the backend ends; then it calls done. broken is told if the
 // backend is not ready to start with.
 func (b *Backend) follow(ctx context.Context, t topic, broken func(error),
-	look func(ctx context.Context) (time.Duration, bool), done func()) {
+	look func(ctx context.Context, why wakeup) (time.Duration, bool), done func()) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -154,19 +163,22 @@ func (b *Backend) follow(ctx context.Context, t topic, broken func(error),
 			return
 		}
 		reads := notificationReads()
-		for {
-			expiry, ok := look(ctx)
-			if !ok || !b.sleep(ctx, sub.wake, expiry, reads) {
+		for asked := true; ; {
+			expiry, ok := look(ctx, wakeup{asked: asked})
+			if !ok {
+				return
+			}
+			if asked, ok = b.sleep(ctx, sub.wake, expiry, reads); !ok {
 				return
 			}
 		}
 	}()
 }
 
-// sleep waits for a notification (then for reads to allow one more), the poll interval, or
-// (if expiry > 0) a little past the holder's lease expiry, whichever comes first; it
-// returns false once ctx ends.
-func (b *Backend) sleep(ctx context.Context, wake <-chan struct{}, expiry time.Duration, reads *rate.Limiter) bool {
+// sleep waits for a notification (then for reads to allow one more look), the poll
+// interval, or (if expiry > 0) a little past the holder's lease expiry, whichever comes
+// first. It reports whether a notification woke it, and false once ctx ends.
+func (b *Backend) sleep(ctx context.Context, wake <-chan struct{}, expiry time.Duration, reads *rate.Limiter) (notified, ok bool) {
 	d := time.Duration(b.poll.Load())
 	if expiry > 0 {
 		// The server's clock decides; a few milliseconds more make sure it has passed.
@@ -176,11 +188,11 @@ func (b *Backend) sleep(ctx context.Context, wake <-chan struct{}, expiry time.D
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return false, false
 	case <-wake:
-		return reads.Wait(ctx) == nil
+		return true, reads.Wait(ctx) == nil
 	case <-t.C:
-		return true
+		return false, true
 	}
 }
 

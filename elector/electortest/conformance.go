@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,6 +70,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"intents_relay_resign_and_transfer", intents},
 		{"intent_expires", intentExpires},
 		{"candidates_live_with_their_lease", candidates},
+		{"candidates_watch_starts_with_the_list_and_reports_each_change", candidatesWatch},
+		{"candidates_watch_reports_an_expired_lease", candidatesWatchExpiry},
+		{"candidates_watch_keeps_the_store_order", candidatesWatchOrder},
+		{"candidates_watch_ends_with_its_context_or_client", candidatesWatchEnds},
 		{"history_keeps_the_newest_entries_for_everyone", history},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -652,11 +655,7 @@ func candidates(t *testing.T, h *harness) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var parts []string
-		for _, e := range entries {
-			parts = append(parts, e.ID+"="+string(e.Value))
-		}
-		return strings.Join(parts, " ")
+		return render(entries)
 	}
 	if got := list(); got != "alpha=alpha-1 beta=beta-1" {
 		t.Fatalf("Candidates = %q, want alpha=alpha-1 beta=beta-1 (sorted by id, with their values)", got)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,11 +32,13 @@ type Store struct {
 	// an intent set again from one it has reported.
 	intentRev map[string]int64
 	cands     map[string]map[string]candidate // election -> id -> entry
-	acks      map[string]map[int64]time.Time  // election -> token -> when it expires
-	terms     map[string][][]byte             // election -> ended terms, oldest first
-	lastTerm  map[string]int64                // election -> token of its newest term
-	down      error
-	changed   chan struct{} // closed and replaced on every write
+	// candRev counts the changes of each election's candidates, for their watches.
+	candRev  map[string]int64
+	acks     map[string]map[int64]time.Time // election -> token -> when it expires
+	terms    map[string][][]byte            // election -> ended terms, oldest first
+	lastTerm map[string]int64               // election -> token of its newest term
+	down     error
+	changed  chan struct{} // closed and replaced on every write
 }
 
 type key struct {
@@ -65,6 +68,7 @@ func NewStore() *Store {
 		history:   make(map[string][]elector.Observation),
 		intents:   make(map[string]intent),
 		cands:     make(map[string]map[string]candidate),
+		candRev:   make(map[string]int64),
 		acks:      make(map[string]map[int64]time.Time),
 		terms:     make(map[string][][]byte),
 		lastTerm:  make(map[string]int64),
@@ -197,10 +201,11 @@ func (s *Store) dropLeaseLocked(id elector.LeaseID) {
 	for _, election := range names {
 		s.deleteLocked(election)
 	}
-	for _, ids := range s.cands {
+	for election, ids := range s.cands {
 		for cid, c := range ids {
 			if c.lease == id {
 				delete(ids, cid)
+				s.candRev[election]++
 			}
 		}
 	}
@@ -241,6 +246,8 @@ type Client struct {
 	down   error
 	fail   map[string]opFailure // method name -> how its calls fail
 	delay  time.Duration        // added before every request and every watch event
+	// candidateReads counts the calls of Candidates.
+	candidateReads atomic.Int64
 }
 
 // SetDelay makes every request of this client, and every change its watches report, reach
@@ -266,6 +273,10 @@ func (c *Client) lag(ctx context.Context) {
 	case <-ctx.Done():
 	}
 }
+
+// CandidateReads is how many times Candidates was called on c: how often its candidate
+// read the registry rather than its view of it.
+func (c *Client) CandidateReads() int64 { return c.candidateReads.Load() }
 
 // opFailure makes the next n calls of one method fail with err (every call while n < 0).
 type opFailure struct {
@@ -561,22 +572,77 @@ func (c *Client) Announce(ctx context.Context, election, id string, value []byte
 		c.s.cands[election] = make(map[string]candidate)
 	}
 	c.s.cands[election][id] = candidate{lease: lease, value: clone(value)}
+	c.s.candRev[election]++
 	c.s.rev++
+	c.s.wakeLocked()
 	return nil
 }
 
 // Candidates implements elector.Backend.
 func (c *Client) Candidates(ctx context.Context, election string) ([]elector.CandidateEntry, error) {
+	c.candidateReads.Add(1)
 	if err := c.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer c.s.mu.Unlock()
-	list := make([]elector.CandidateEntry, 0, len(c.s.cands[election]))
-	for id, cand := range c.s.cands[election] {
+	return c.s.candidatesLocked(election), nil
+}
+
+func (s *Store) candidatesLocked(election string) []elector.CandidateEntry {
+	list := make([]elector.CandidateEntry, 0, len(s.cands[election]))
+	for id, cand := range s.cands[election] {
 		list = append(list, elector.CandidateEntry{ID: id, Value: clone(cand.value)})
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
-	return list, nil
+	return list
+}
+
+// WatchCandidates implements elector.Backend. Like WatchIntent it reports the list
+// whenever it changed, so two quick changes may show only as the later one.
+func (c *Client) WatchCandidates(ctx context.Context, election string) <-chan elector.CandidatesChange {
+	return watchState(ctx, c, func() (elector.CandidatesChange, int64) {
+		return elector.CandidatesChange{Candidates: c.s.candidatesLocked(election)}, c.s.candRev[election]
+	}, func(err error) elector.CandidatesChange { return elector.CandidatesChange{Err: err} })
+}
+
+// watchState reports the state read returns (under the store's lock) whenever the version
+// it returns with it changed since the last report, until ctx ends or the client cannot
+// reach the store (broken(the error) is then reported last).
+func watchState[T any](ctx context.Context, c *Client, read func() (T, int64), broken func(error) T) <-chan T {
+	out := make(chan T, 1)
+	go func() {
+		defer close(out)
+		var seen int64 = -1
+		for {
+			if err := c.lock(ctx); err != nil {
+				if ctx.Err() == nil {
+					select {
+					case out <- broken(err):
+					case <-ctx.Done():
+					}
+				}
+				return
+			}
+			state, version := read()
+			wake := c.s.changed
+			c.s.mu.Unlock()
+			if version != seen {
+				select {
+				case out <- state:
+					seen = version
+				case <-ctx.Done():
+					return
+				}
+				continue
+			}
+			select {
+			case <-wake:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // candidate is one announced candidate of an election.
@@ -648,52 +714,23 @@ func (s *Store) clearIntentLocked(election string) {
 // intent whenever it changed, so two quick changes may show only as the later one; an
 // intent set again to the same value is reported again.
 func (c *Client) WatchIntent(ctx context.Context, election string) <-chan elector.IntentChange {
-	out := make(chan elector.IntentChange, 1)
-	go func() {
-		defer close(out)
-		var seenRev int64 = -1
-		for {
-			if err := c.lock(ctx); err != nil {
-				if ctx.Err() == nil {
-					select {
-					case out <- elector.IntentChange{Err: err}:
-					case <-ctx.Done():
-					}
-				}
-				return
-			}
-			in, ok := c.s.intents[election]
-			rev := c.s.intentRev[election]
-			wake := c.s.changed
-			c.s.mu.Unlock()
-			if rev != seenRev {
-				ch := elector.IntentChange{}
-				if ok {
-					ch.Value = clone(in.value)
-				}
-				select {
-				case out <- ch:
-					seenRev = rev
-				case <-ctx.Done():
-					return
-				}
-				continue
-			}
-			select {
-			case <-wake:
-			case <-ctx.Done():
-				return
-			}
+	return watchState(ctx, c, func() (elector.IntentChange, int64) {
+		ch := elector.IntentChange{}
+		if in, ok := c.s.intents[election]; ok {
+			ch.Value = clone(in.value)
 		}
-	}()
-	return out
+		return ch, c.s.intentRev[election]
+	}, func(err error) elector.IntentChange { return elector.IntentChange{Err: err} })
 }
 
-// Close implements elector.Backend.
+// Close implements elector.Backend. Its watches end.
 func (c *Client) Close() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.closed = true
+	c.mu.Unlock()
+	c.s.mu.Lock()
+	c.s.wakeLocked()
+	c.s.mu.Unlock()
 	return nil
 }
 

@@ -281,16 +281,8 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	out := make(chan elector.Observation, 1)
 	b.startReaper()
-	go func() {
-		defer close(out)
-		w := &watcher{b: b, election: election, out: out, last: afterRev}
-		if err := w.run(ctx); err != nil && ctx.Err() == nil {
-			select {
-			case out <- elector.Observation{Err: err}:
-			case <-ctx.Done():
-			}
-		}
-	}()
+	w := &watcher{b: b, election: election, out: out, last: afterRev}
+	runWatch(ctx, b, out, func(err error) elector.Observation { return elector.Observation{Err: err} }, w.run)
 	return out
 }
 
@@ -345,20 +337,7 @@ func (w *watcher) run(ctx context.Context) error {
 			return err
 		}
 	}
-	for {
-		ch, stop, err := watchNamed(ctx, leases, name, from)
-		if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
-			return errWatchGap
-		}
-		if err != nil {
-			return w.b.describe("watch", err)
-		}
-		from, err = w.events(ctx, ch, from)
-		stop()
-		if err != nil {
-			return err
-		}
-	}
+	return w.b.watchOn(ctx, leases, namedOpts(name), from, watchGap, w.events)
 }
 
 // errWatchGap ends a watch whose resume point the API server no longer keeps (410 Gone).
@@ -366,6 +345,9 @@ func (w *watcher) run(ctx context.Context) error {
 // watched, merging a vacancy with heartbeats nobody saw (see elector.Backend.Watch); the
 // elector reads the key instead, which says honestly that changes may have been missed.
 var errWatchGap = errors.New("kubernetes: the watch fell behind the API server's history (410 Gone); changes in between are unknown")
+
+// watchGap is the election watch's answer to 410 Gone: it breaks with errWatchGap.
+func watchGap(context.Context) (int64, error) { return 0, errWatchGap }
 
 // relist reports the current state if it is newer than the last report, and returns the
 // revision to watch from.
@@ -392,14 +374,8 @@ func (w *watcher) events(ctx context.Context, ch <-chan event, from int64) (int6
 				return from, w.b.describe("update", err)
 			}
 		case ev, ok := <-ch:
-			if !ok {
-				return from, nil
-			}
-			if ev.err != nil {
-				if apierrors.IsGone(ev.err) || apierrors.IsResourceExpired(ev.err) {
-					return from, errWatchGap
-				}
-				return from, w.b.describe("watch", ev.err)
+			if ended, next, err := w.b.watchEnded(ctx, ev, ok, from, watchGap); ended {
+				return next, err
 			}
 			from = max(from, ev.rev)
 			if ev.obj == nil {

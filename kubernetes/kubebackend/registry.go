@@ -82,7 +82,27 @@ func (b *Backend) Candidates(ctx context.Context, election string) ([]elector.Ca
 		return nil, b.describe("list", err)
 	}
 	// Listed after the announcements, so that a lease granted in between is not missed.
-	live, err := leases.List(ctx, sel(kindLease))
+	alive, err := b.liveLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []elector.CandidateEntry
+	for i := range cands.Items {
+		if en, ok := b.candidateEntry(&cands.Items[i], election, func(holder string) bool { return alive[holder] }); ok {
+			out = append(out, en)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// liveLeases lists the names of the lease objects that exist.
+func (b *Backend) liveLeases(ctx context.Context) (map[string]bool, error) {
+	leases, err := b.client()
+	if err != nil {
+		return nil, err
+	}
+	live, err := leases.List(ctx, metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy + "," + labelKind + "=" + kindLease})
 	if err != nil {
 		return nil, b.describe("list", err)
 	}
@@ -90,16 +110,7 @@ func (b *Backend) Candidates(ctx context.Context, election string) ([]elector.Ca
 	for _, l := range live.Items {
 		alive[l.Name] = true
 	}
-	var out []elector.CandidateEntry
-	for _, c := range cands.Items {
-		if c.Spec.HolderIdentity == nil || !alive[*c.Spec.HolderIdentity] || c.Annotations[annElection] != election {
-			continue
-		}
-		value, _ := base64.StdEncoding.DecodeString(c.Annotations[annValue])
-		out = append(out, elector.CandidateEntry{ID: c.Annotations[annID], Value: value})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+	return alive, nil
 }
 
 // AppendHistory implements elector.Backend: a read-modify-write of the history object,
@@ -205,15 +216,8 @@ func (b *Backend) ClearIntent(ctx context.Context, election string, value []byte
 func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elector.IntentChange {
 	out := make(chan elector.IntentChange, 1)
 	b.startReaper()
-	go func() {
-		defer close(out)
-		if err := b.watchIntent(ctx, election, out); err != nil && ctx.Err() == nil {
-			select {
-			case out <- elector.IntentChange{Err: err}:
-			case <-ctx.Done():
-			}
-		}
-	}()
+	runWatch(ctx, b, out, func(err error) elector.IntentChange { return elector.IntentChange{Err: err} },
+		func(ctx context.Context) error { return b.watchIntent(ctx, election, out) })
 	return out
 }
 

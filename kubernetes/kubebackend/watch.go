@@ -23,7 +23,73 @@ type event struct {
 
 // watchNamed watches the object called name from revision from on.
 func watchNamed(ctx context.Context, leases coordclient.LeaseInterface, name string, from int64) (<-chan event, func(), error) {
-	return watchFrom(ctx, leases, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}, from)
+	return watchFrom(ctx, leases, namedOpts(name), from)
+}
+
+// runWatch runs watch in the background until it returns, or ctx ends, or the backend is
+// closed; then it closes out, after sending broken(the error watch returned) unless ctx
+// ended (or the backend was closed) first.
+func runWatch[T any](ctx context.Context, b *Backend, out chan<- T, broken func(error) T, watch func(context.Context) error) {
+	go func() {
+		defer close(out)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(b.ctx, cancel)()
+		if err := watch(ctx); err != nil && ctx.Err() == nil {
+			select {
+			case out <- broken(err):
+			case <-ctx.Done():
+			}
+		}
+	}()
+}
+
+// watchEnded tells an events loop whether the watch it follows ended with what it received
+// (ok false: the channel closed), and then what the loop returns: the revision to resume
+// from when the API server ended the watch, relist's when it no longer keeps that
+// revision (410 Gone), or the error that broke the watch.
+func (b *Backend) watchEnded(ctx context.Context, ev event, ok bool, from int64, relist func(context.Context) (int64, error)) (bool, int64, error) {
+	switch {
+	case !ok:
+		return true, from, nil
+	case ev.err == nil:
+		return false, from, nil
+	case apierrors.IsGone(ev.err) || apierrors.IsResourceExpired(ev.err):
+		next, err := relist(ctx)
+		return true, next, err
+	}
+	return true, from, b.describe("watch", ev.err)
+}
+
+// namedOpts selects the object called name.
+func namedOpts(name string) metav1.ListOptions {
+	return metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
+}
+
+// watchOn watches the objects opts select from revision from on, one watch after another:
+// events handles one watch's events until it ends and returns the revision to resume
+// from, and relist reads the objects afresh when the API server no longer keeps that
+// revision (410 Gone) and returns the revision to watch from then. It returns the first
+// error (ctx's when it ends).
+func (b *Backend) watchOn(ctx context.Context, leases coordclient.LeaseInterface, opts metav1.ListOptions, from int64,
+	relist func(context.Context) (int64, error), events func(context.Context, <-chan event, int64) (int64, error)) error {
+	for {
+		ch, stop, err := watchFrom(ctx, leases, opts, from)
+		if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+			if from, err = relist(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return b.describe("watch", err)
+		}
+		from, err = events(ctx, ch, from)
+		stop()
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // watchFrom watches the objects opts select from revision from on. The API server ends a
