@@ -12,8 +12,9 @@ readonly l4_module=github.com/caddyleader/caddy-leader/l4
 # core, and the recipes of docs/layer4.md need its handlers (proxy) too.
 readonly caddy_l4_module=github.com/mholt/caddy-l4@v0.1.2
 caddy_version=${CADDY_VERSION:-v2.11.9}
-# The binary that build writes; XCADDY_OUTPUT changes it for the build command only.
-output=./caddy
+# The binary that build writes; XCADDY_OUTPUT changes it for the build command only. An
+# absolute path: xcaddy may run in tools/ (go tool -C), where ./caddy would land.
+output=$PWD/caddy
 
 # The modules this plugin registers; a binary that lacks one of them was built without it.
 readonly plugin_modules=(
