@@ -20,13 +20,14 @@ import (
 // request, so it may send it to the new leader instead.
 const NotLeaderHeader = "Caddy-Leader-Not-Leader"
 
-// notLeaderTermHeld is the value of NotLeaderHeader from an instance that holds the very
-// term the request was forwarded to but does not admit yet (it still proves its
-// predecessors stopped) or any more (it drains): asking again shortly may succeed. Any
-// other value (the election's name) says the instance does not hold that term at all (a
-// restarted process at the leader's address, an ex-leader): the forwarding instance waits
-// until its view of the election changes before it sends the request anywhere again.
-const notLeaderTermHeld = "term-held"
+// notLeaderElsewhere is the value of NotLeaderHeader from an instance that knows it will not
+// lead soon: a process started again at the leader's address while its previous process's
+// key stands, or one that sees another instance hold the key. The forwarding instance then
+// waits until its own view of the election changes before it sends the request anywhere
+// again. Any other value (the election's name) may come from an instance about to lead (a
+// successor whose campaign has not answered yet, one still proving its predecessor
+// stopped, an ex-leader that has not seen its successor): it is asked again after a pause.
+const notLeaderElsewhere = "elsewhere"
 
 // replayLimit is the largest request body a forward keeps in memory so that it can be sent
 // again when the instance it went to had just stopped leading. Larger and streamed bodies
@@ -36,10 +37,11 @@ const replayLimit = 64 << 10
 // The instance that answered NotLeaderHeader may be the one this instance takes for the
 // leader: the ex-leader, whose stepping down has not reached this instance yet, a process
 // started again at the leader's address, or the successor, which has not yet confirmed its
-// own win or is still waiting for its predecessor to stop. Only the last holds the term
-// (notLeaderTermHeld) and is asked again after a pause that starts at firstNotLeaderPause
-// and doubles up to maxNotLeaderPause, or sooner if the election changes; the others are
-// asked nothing until this instance's view of the election changes. Hold bounds the whole.
+// own win or is still waiting for its predecessor to stop. One that knows it will not lead
+// soon says so (notLeaderElsewhere) and is asked nothing until this instance's view of the
+// election changes; any other is asked again after a pause that starts at
+// firstNotLeaderPause and doubles up to maxNotLeaderPause, or sooner if the election
+// changes. Hold bounds the whole.
 const (
 	firstNotLeaderPause = 5 * time.Millisecond
 	maxNotLeaderPause   = 100 * time.Millisecond
@@ -93,7 +95,7 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 		case catcher.caught:
 			catcher.restoreHeader()
 			wait := pause
-			if !catcher.termHeld {
+			if catcher.elsewhere {
 				wait = time.Until(deadline) // nothing but a change is worth a new try
 			}
 			if !replayable || !waitForChange(r.Context(), changed, wait, deadline) {
@@ -188,8 +190,8 @@ type notLeaderCatcher struct {
 	*caddyhttp.ResponseWriterWrapper
 	before http.Header // the response headers before the try, to undo what it copied in
 	caught bool
-	// termHeld is set when the refusing instance holds the term it was asked under.
-	termHeld bool
+	// elsewhere is set when the refusing instance knows it will not lead soon.
+	elsewhere bool
 }
 
 func newNotLeaderCatcher(w http.ResponseWriter) *notLeaderCatcher {
@@ -201,7 +203,7 @@ func newNotLeaderCatcher(w http.ResponseWriter) *notLeaderCatcher {
 
 func (c *notLeaderCatcher) WriteHeader(status int) {
 	if v := c.Header().Get(NotLeaderHeader); status == http.StatusServiceUnavailable && v != "" {
-		c.caught, c.termHeld = true, v == notLeaderTermHeld
+		c.caught, c.elsewhere = true, v == notLeaderElsewhere
 		return
 	}
 	c.ResponseWriterWrapper.WriteHeader(status)

@@ -113,9 +113,9 @@ func TestForwardAsksAgainWhileTheLeaderSettles(t *testing.T) {
 	cases := []struct {
 		name     string
 		refusals int // answers with NotLeaderHeader before the leader admits
-		// notHeld refuses as an instance that does not hold the term at all (a process
+		// elsewhere refuses as an instance that knows it will not lead soon (a process
 		// started again at the leader's address), rather than as a settling leader.
-		notHeld bool
+		elsewhere bool
 		hold    time.Duration
 		// What the client gets, and how many tries the leader saw at least and at most.
 		wantStatus         int
@@ -126,8 +126,8 @@ func TestForwardAsksAgainWhileTheLeaderSettles(t *testing.T) {
 		// Paced: the pauses (5, 10, 20, 40, 80, 100ms...) fit about 7 tries into 300ms,
 		// and a slow machine fits fewer; a tight loop would make thousands.
 		{"503_when_hold_runs_out", always, false, 300 * time.Millisecond, http.StatusServiceUnavailable, 2, 8},
-		// An instance that does not hold the term is asked once: nothing but a change of
-		// the election is worth another try, and none comes within hold.
+		// An instance that knows it will not lead soon is asked once: nothing but a change
+		// of the election is worth another try, and none comes within hold.
 		{"asked_once_when_the_term_is_not_held_there", always, true, 300 * time.Millisecond, http.StatusServiceUnavailable, 1, 1},
 	}
 	for _, tc := range cases {
@@ -140,9 +140,9 @@ func TestForwardAsksAgainWhileTheLeaderSettles(t *testing.T) {
 				forwardedBy.Store(r.Header.Get(ForwardedByHeader))
 				body, _ := io.ReadAll(r.Body)
 				if tc.refusals == always || int(n) <= tc.refusals {
-					w.Header().Set(NotLeaderHeader, notLeaderTermHeld)
-					if tc.notHeld {
-						w.Header().Set(NotLeaderHeader, election)
+					w.Header().Set(NotLeaderHeader, election)
+					if tc.elsewhere {
+						w.Header().Set(NotLeaderHeader, notLeaderElsewhere)
 					}
 					w.WriteHeader(http.StatusServiceUnavailable)
 					return

@@ -302,9 +302,9 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	}
 	if hopped {
 		// The forwarding peer holds the request and may send it to the new leader; it
-		// asks this instance again soon only if it holds the term it was asked under.
-		if forwarded && t.Holds() && t.Token == token {
-			w.Header().Set(NotLeaderHeader, notLeaderTermHeld)
+		// asks this instance again soon unless this instance knows it will not lead soon.
+		if t.Reason == elector.ReasonPreviousProcess || t.LeaderKnown() && !t.Holds() {
+			w.Header().Set(NotLeaderHeader, notLeaderElsewhere)
 		} else {
 			w.Header().Set(NotLeaderHeader, g.Election)
 		}
