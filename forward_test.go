@@ -116,7 +116,7 @@ func TestForwardAsksAgainWhileTheLeaderSettles(t *testing.T) {
 		// elsewhere refuses as an instance that knows it will not lead soon (a process
 		// started again at the leader's address), rather than as a settling leader.
 		elsewhere bool
-		hold    time.Duration
+		hold      time.Duration
 		// What the client gets, and how many tries the leader saw at least and at most.
 		wantStatus         int
 		minTries, maxTries int32
