@@ -104,11 +104,13 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead 
 	for {
 		select {
 		case <-silent.C:
+			done := e.expireSilent(ctx)
 			next := e.silenceLeft()
-			if e.expireSilent(ctx) {
+			switch {
+			case done:
 				expireRetry.reset()
-			} else if left := e.silenceLeft(); left <= time.Millisecond {
-				next = expireRetry.step()
+			case next <= time.Millisecond:
+				next = expireRetry.step() // still overdue after a failed Expire: no spin
 			}
 			silent.Reset(next)
 		case <-ctx.Done():
