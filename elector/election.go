@@ -83,6 +83,9 @@ type Election struct {
 	ttlMismatch sync.Map
 	// registry is the view of the election's candidates (see registry.go).
 	registry registryView
+	// placement is the election's own ranking of the candidates, if it has one
+	// (placement.go).
+	placement atomic.Pointer[placement]
 
 	users     int // guarded by c.mu
 	startOnce sync.Once

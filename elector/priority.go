@@ -108,9 +108,9 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 // higher counts the live, healthy candidates of list, other than this one, that rank above
 // it.
 func (e *Election) higher(list []CandidateInfo) int {
-	mine, n := e.c.prio.rank.Load(), 0
+	self, n := e.self(), 0
 	for _, c := range list {
-		if c.ID != e.c.cfg.ID && c.Healthy && int64(c.Priority) > mine {
+		if c.ID != self.ID && c.Healthy && !c.Leaving && e.ranksAbove(c, self) {
 			n++
 		}
 	}
@@ -125,11 +125,17 @@ func (e *Election) preempt(ctx context.Context) {
 	ttl := e.c.cfg.TTL
 	for {
 		changed, registry := e.Changed(), e.registry.changes()
-		if e.c.prio.preempt.Load() && e.outranksLeader(ctx) {
+		if e.preempts() && e.outranksLeader(ctx) {
 			t := e.Term()
 			e.c.log().Info("asking a leader of lower priority to hand over", zap.String("election", e.name),
 				zap.String("leader", t.Leader.ID), zap.Int("priority", e.c.Priority()))
-			if err := e.Transfer(ctx, e.c.cfg.ID, 2*ttl); err != nil && ctx.Err() == nil {
+			free, ok := e.moveSlot(ctx)
+			if !ok {
+				return
+			}
+			err := e.Transfer(ctx, e.c.cfg.ID, 2*ttl)
+			free()
+			if err != nil && ctx.Err() == nil {
 				e.c.log().Warn("preempting the leader failed; asking again later", zap.String("election", e.name), zap.Error(err))
 				if !sleepCtx(ctx, ttl) {
 					return
@@ -167,9 +173,12 @@ func (e *Election) outranksLeader(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
+	if e.placement.Load() != nil && e.higher(list) > 0 {
+		return false // the shard belongs to another: it moves once, to that one
+	}
 	for _, c := range list {
 		if c.ID == t.Leader.ID {
-			return int64(c.Priority) < mine
+			return e.ranksAbove(e.self(), c)
 		}
 	}
 	return false // a leader that is not in the registry has no known priority
