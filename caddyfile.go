@@ -68,6 +68,9 @@ func init() {
 //			url     <url>
 //			timeout <duration>
 //		}
+//		shards        <set> <count> {
+//			max_moves <n>
+//		}
 //		store         <module> {
 //			...
 //		}
@@ -120,6 +123,18 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 			}
 			a.Elections = append(a.Elections, args...)
+		case "shards":
+			name, set, err := unmarshalShardSet(d)
+			if err != nil {
+				return err
+			}
+			if _, dup := a.ShardSets[name]; dup {
+				return d.Errf("shards: set %q given twice", name)
+			}
+			if a.ShardSets == nil {
+				a.ShardSets = make(map[string]*ShardSet)
+			}
+			a.ShardSets[name] = set
 		case "instance_id":
 			if err := oneArg(d, &a.InstanceID); err != nil {
 				return err
@@ -258,6 +273,7 @@ func parseGate(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 //	leader_gate [<matcher>] [<election>] {
 //		election    <name>
+//		shard       <set> <key>
 //		follower    reject [<status>] | redirect [307|308] | forward
 //		hold        <duration>
 //		retry_after <duration>
@@ -268,7 +284,9 @@ func parseGate(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		}
 //	}
 //
-// The election is named once, as the argument or in the block.
+// The election is named once, as the argument or in the block. `shard` routes by key
+// instead: a request is admitted on the owner of its key's shard in the shard set <set>
+// (see ShardSet), and <key> is text with placeholders, such as {http.request.uri.path.1}.
 func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
 	if d.NextArg() {
@@ -323,6 +341,10 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "retry_after":
 			if err := positiveDurationArg(d, &g.RetryAfter, DefaultRetryAfter); err != nil {
+				return err
+			}
+		case "shard":
+			if err := unmarshalShardRoute(d, &g.ShardSet, &g.ShardKey); err != nil {
 				return err
 			}
 		case "cancel_on_loss":
@@ -394,7 +416,9 @@ func parseHealth(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		unhealthy_status <code>
 //	}
 //
-// The election is named once, as the argument or in the block.
+// The election is named once, as the argument or in the block. `shard` routes by key
+// instead: a request is admitted on the owner of its key's shard in the shard set <set>
+// (see ShardSet), and <key> is text with placeholders, such as {http.request.uri.path.1}.
 func (h *HealthHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
 	if d.NextArg() {
@@ -485,7 +509,12 @@ func electionOrDefault(name string) string {
 // UnmarshalCaddyfile sets up the dynamic upstream source from the tokens of reverse_proxy's
 // `dynamic` subdirective:
 //
-//	dynamic leader [<election>]
+//	dynamic leader [<election>] {
+//		shard <set> <key>
+//	}
+//
+// With `shard`, each request goes to the owner of its key's shard in the shard set <set>
+// instead of the leader of an election.
 func (u *LeaderUpstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the source's name
 	if d.NextArg() {
@@ -497,8 +526,18 @@ func (u *LeaderUpstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	if d.NextBlock(0) {
-		return d.Err("dynamic leader takes no block")
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "shard":
+			if u.Election != "" {
+				return d.Errf("dynamic leader: shard: the source follows election %q already; it follows one election or one shard set", u.Election)
+			}
+			if err := unmarshalShardRoute(d, &u.ShardSet, &u.ShardKey); err != nil {
+				return err
+			}
+		default:
+			return d.Errf("dynamic leader: unknown option %q (the option is shard)", d.Val())
+		}
 	}
 	return nil
 }

@@ -179,7 +179,7 @@ func TestLeaderCommand(t *testing.T) {
 	})
 
 	t.Run("unknown_election_is_an_error", func(t *testing.T) {
-		err := leaderResign(new(bytes.Buffer), admin, "other", "")
+		err := leaderResign(new(bytes.Buffer), admin, "other", "", "")
 		if err == nil || !strings.Contains(err.Error(), "other") || !strings.Contains(err.Error(), "404") {
 			t.Errorf("resign --election other: err = %v", err)
 		}
@@ -255,7 +255,7 @@ func TestLeaderCommand(t *testing.T) {
 	t.Run("resign_hands_over_and_holds_off", func(t *testing.T) {
 		before := status(t)
 		var out bytes.Buffer
-		if err := leaderResign(&out, admin, "", "1m"); err != nil {
+		if err := leaderResign(&out, admin, "", "", "1m"); err != nil {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("cmd-node resigned election cmd (term %d); it stays out for 1m0s\n", before.Token)
@@ -503,9 +503,9 @@ func TestLeaderCommandAnswers(t *testing.T) {
 		wantErr string
 		wantOut string
 	}{
-		{"hold_off_without_unit", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "5") },
+		{"hold_off_without_unit", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "", "5") },
 			`--hold-off: "5" has no unit: write 5s, 5m or 5h`, ""},
-		{"hold_off_not_a_duration", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "soon") },
+		{"hold_off_not_a_duration", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "", "soon") },
 			`--hold-off: "soon" is not a non-negative duration`, ""},
 		{"timeout_without_unit", func(out *bytes.Buffer) error { return leaderTransfer(out, siteAddr, "default", "a", "20") },
 			`--timeout: "20" has no unit`, ""},
