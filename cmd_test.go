@@ -457,7 +457,7 @@ func TestLeaderCommandMisuse(t *testing.T) {
 	}{
 		{"unknown_flag_is_named", []string{"status", "--bogus"}, "unknown flag: --bogus (see 'caddy leader status --help')"},
 		{"extra_argument_is_named", []string{"resign", "extra"}, `unknown command "extra" for "caddy leader resign"`},
-		{"unknown_subcommand_is_named_not_its_flags", []string{"frobnicate", "--address", "X"}, `unknown subcommand "frobnicate" for "caddy leader": use status, history, resign or transfer`},
+		{"unknown_subcommand_is_named_not_its_flags", []string{"frobnicate", "--address", "X"}, `unknown subcommand "frobnicate" for "caddy leader": use status, shards, history, resign or transfer`},
 		{"status_takes_election", []string{"status", "--election", "default", "--address", closed}, ""},
 		{"history_takes_election", []string{"history", "--election", "default", "--address", closed}, ""},
 		{"resign_takes_election", []string{"resign", "--election", "default", "--address", closed}, ""},
