@@ -305,6 +305,9 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if g.Election != "" {
 				return d.Errf("election: already set to %q", g.Election)
 			}
+			if g.ShardSet != "" {
+				return d.Errf("election: the gate admits for shard set %q already; a gate admits for one election or one shard set", g.ShardSet)
+			}
 			if err := oneArg(d, &g.Election); err != nil {
 				return err
 			}
@@ -344,6 +347,9 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 		case "shard":
+			if g.Election != "" {
+				return d.Errf("shard: the gate admits for election %q already; a gate admits for one election or one shard set", g.Election)
+			}
 			if err := unmarshalShardRoute(d, &g.ShardSet, &g.ShardKey); err != nil {
 				return err
 			}
@@ -469,7 +475,12 @@ func (h *HealthHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // UnmarshalCaddyfile sets up the matcher from Caddyfile tokens:
 //
-//	leader [<election>]
+//	leader [<election>] {
+//		shard <set> <key>
+//	}
+//
+// With `shard`, it matches where this instance owns the request's key's shard in the shard
+// set <set>.
 func (m *Matcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	// A matcher repeated in one set arrives as several segments. One Matcher holds one
 	// election, so only repeats of the same election can be merged.
@@ -492,8 +503,18 @@ func (m *Matcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		if d.NextArg() {
 			return d.ArgErr()
 		}
-		if d.NextBlock(0) {
-			return d.Err("the leader matcher takes no block")
+		for nesting := d.Nesting(); d.NextBlock(nesting); {
+			switch d.Val() {
+			case "shard":
+				if m.Election != "" {
+					return d.Errf("leader: shard: the matcher tests election %q already; it tests one election or one shard set", m.Election)
+				}
+				if err := unmarshalShardRoute(d, &m.ShardSet, &m.ShardKey); err != nil {
+					return err
+				}
+			default:
+				return d.Errf("leader: unknown option %q (the option is shard)", d.Val())
+			}
 		}
 	}
 	return nil

@@ -78,13 +78,15 @@ type pendingEvent struct {
 // (and logged) rather than blocking the election.
 const eventQueueSize = 256
 
-func newCandidateObserver(ctx caddy.Context, self string) (*candidateObserver, error) {
+// shards is how many shards the config's shard sets have in all: the queue has room for an
+// event of each, as a shutdown moves every shard an instance owns at once.
+func newCandidateObserver(ctx caddy.Context, self string, shards int) (*candidateObserver, error) {
 	events, err := ctx.App("events")
 	if err != nil {
 		return nil, err
 	}
 	o := &candidateObserver{events: events.(*caddyevents.App), ctx: ctx, self: self,
-		queue: make(chan pendingEvent, eventQueueSize), started: make(chan struct{})}
+		queue: make(chan pendingEvent, eventQueueSize+shards), started: make(chan struct{})}
 	// Caddy emits "started" once every app of the config, the events app included, has
 	// started; subscribing here, while the config is still being provisioned, is allowed.
 	if err := o.events.On("started", configStarted{o.started}); err != nil {

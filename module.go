@@ -233,7 +233,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	observer, err := newCandidateObserver(ctx, a.InstanceID)
+	shardCount := 0
+	for _, set := range a.ShardSets {
+		shardCount += set.Shards
+	}
+	observer, err := newCandidateObserver(ctx, a.InstanceID, shardCount)
 	if err != nil {
 		return fmt.Errorf("loading the events app: %v", err)
 	}
