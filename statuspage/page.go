@@ -32,8 +32,9 @@ import (
 var assets embed.FS
 
 var pageTemplate = template.Must(template.New("").Funcs(template.FuncMap{
-	"style":  func() template.CSS { return template.CSS(asset("page.css")) },
-	"script": func() template.JS { return template.JS(asset("page.js")) },
+	"style":   func() template.CSS { return template.CSS(asset("page.css")) },
+	"script":  func() template.JS { return template.JS(asset("page.js")) },
+	"endings": func() []ending { return endings },
 }).ParseFS(assets, "assets/page.html"))
 
 // contentSecurityPolicy lets the page run its own inline style and script (by their hashes)
