@@ -796,8 +796,10 @@ func (h *harness) released(won elector.Observation, b elector.Backend, token int
 // acknowledgement. An empty why is how an instance of an older release acknowledges (the
 // stores kept no reason then): it must still count as an acknowledgement.
 func acknowledgementSaysWhy(t *testing.T, h *harness) {
-	a, la, _ := h.client()
+	a, la, ttl := h.client()
 	b, lb, _ := h.client()
+	h.keepAlive(a, la, ttl) // the cases together outlast a ttl
+	h.keepAlive(b, lb, ttl)
 	for _, why := range []string{elector.EndedHandedOver, elector.EndedResigned, elector.EndedTransferred,
 		elector.EndedKeyDeleted, elector.EndedDeadlineMissed, ""} {
 		t.Run(strings.ReplaceAll(cmp.Or(why, "no reason"), " ", "_"), func(t *testing.T) {
