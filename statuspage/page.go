@@ -363,8 +363,11 @@ func candidateLink(el Election, id string, now time.Time) (failsafe, store, stat
 	default:
 		failsafe = "on, idle"
 	}
-	if own.StoreProblem != "" {
+	switch {
+	case own.StoreProblem != "" && id == el.Self:
 		return failsafe, "unreachable: " + own.StoreProblem, "unreachable", asked
+	case own.StoreProblem != "":
+		return failsafe, "unreachable, it says: “" + own.StoreProblem + "”", "unreachable", asked
 	}
 	return failsafe, "reachable, lease confirmed " + roundDuration(now.Sub(own.LastContact)).String() + " ago", "reachable", asked
 }

@@ -54,7 +54,7 @@ func TestPageRenders(t *testing.T) {
 			want: []string{`<a href="http://127.0.0.1:2019/leader/status" data-admin-link>`}},
 		{name: "every_candidate_says_how_it_reaches_the_store", page: page{title: "Fleet"}, peers: true,
 			want: []string{`data-store="reachable"`, "reachable, lease confirmed 1s ago", `data-store="unreachable"`,
-				"unreachable: cannot reach the store: lease ran out", "active since 03:04:01: lease lost",
+				"unreachable, it says: “cannot reach the store: lease ran out”", "active since 03:04:01: lease lost",
 				"unreachable: no answer: connection refused", `<tr data-candidate="c3" class="gone">`, "not in the registry since 03:03:05"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -127,6 +127,11 @@ func (p *peers) state(at, id string, now time.Time) PeerState {
 	defer p.mu.Unlock()
 	pr, ok := p.byURL[at]
 	if !ok {
+		for other, o := range p.byURL { // forget the addresses no page has shown for long
+			if !o.asking && now.Sub(o.since) > goneKept {
+				delete(p.byURL, other)
+			}
+		}
 		pr = new(peer)
 		p.byURL[at] = pr
 	}

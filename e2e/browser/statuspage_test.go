@@ -234,11 +234,11 @@ func TestStatusPage(t *testing.T) {
 	}
 	f.links[third.ID].Blackhole()
 	peerCut := time.Now()
-	said := waitText(t, tab, storeCell, func(s string) bool { return strings.HasPrefix(s, "unreachable: cannot reach the store") })
+	said := waitText(t, tab, storeCell, func(s string) bool { return strings.HasPrefix(s, "unreachable, it says: “cannot reach the store") })
 	t.Logf("MEASURED %s cut off from etcd: %s's page shows it, in %s's own words, %v after the cut: %q",
 		third.ID, watcher.ID, third.ID, time.Since(peerCut).Round(time.Millisecond), said)
 	waitText(t, tab, fmt.Sprintf(`section[data-election="default"] tr[data-candidate=%q].gone td[data-store]`, third.ID),
-		func(s string) bool { return strings.HasPrefix(s, "unreachable: cannot reach the store") })
+		func(s string) bool { return strings.HasPrefix(s, "unreachable, it says: “cannot reach the store") })
 	writeScreenshot(t, "status-page-peer-cut.png", get(t, tab, "screenshot of the page with a peer cut off", chromedp.FullScreenshot(100)))
 	f.links[third.ID].Heal()
 	waitText(t, tab, fmt.Sprintf(`section[data-election="default"] tr[data-candidate=%q].follower td[data-store]`, third.ID),
