@@ -16,55 +16,44 @@ import (
 func TestHistorySaysHowEachTermEnded(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		// end ends the term of leader.
-		end  func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member)
+		// end ends the term of leader, within ctx.
+		end  func(ctx context.Context, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) error
 		want string
 	}{
 		{
 			name: "resign",
-			end: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
-				ctx, cancel := context.WithTimeout(context.Background(), within)
-				defer cancel()
-				if err := leader.Election.Resign(ctx, time.Hour); err != nil {
-					t.Fatal(err)
-				}
+			end: func(ctx context.Context, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) error {
+				return leader.Election.Resign(ctx, time.Hour)
 			},
 			want: elector.EndedResigned,
 		},
 		{
 			name: "resign_asked_through_the_store",
-			end: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
-				ctx, cancel := context.WithTimeout(context.Background(), within)
-				defer cancel()
-				if err := aPeer(f, leader).Election.RequestResign(ctx, time.Hour); err != nil {
-					t.Fatal(err)
-				}
+			end: func(ctx context.Context, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) error {
+				return aPeer(f, leader).Election.RequestResign(ctx, time.Hour)
 			},
 			want: elector.EndedResigned,
 		},
 		{
 			name: "transfer",
-			end: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
-				if err := leader.Election.Transfer(context.Background(), aPeer(f, leader).ID, within); err != nil {
-					t.Fatal(err)
-				}
+			end: func(ctx context.Context, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) error {
+				return leader.Election.Transfer(ctx, aPeer(f, leader).ID, within)
 			},
 			want: elector.EndedTransferred,
 		},
 		{
 			name: "shutdown",
-			end: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
-				ctx, cancel := context.WithTimeout(context.Background(), within)
-				defer cancel()
+			end: func(ctx context.Context, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) error {
 				leader.Candidate.Release(leader.Election)
-				_ = leader.Candidate.Close(ctx)
+				return leader.Candidate.Close(ctx)
 			},
 			want: elector.EndedHandedOver,
 		},
 		{
 			name: "key_deleted_by_an_operator",
-			end: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
+			end: func(ctx context.Context, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) error {
 				s.Delete("main")
+				return nil
 			},
 			want: elector.EndedKeyDeleted,
 		},
@@ -72,8 +61,9 @@ func TestHistorySaysHowEachTermEnded(t *testing.T) {
 			// Writes of the key fail while renewals go through (a full disk): the leader
 			// stops at its heartbeat deadline and says so.
 			name: "heartbeats_fail",
-			end: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
+			end: func(ctx context.Context, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) error {
 				client(f, leader).Fail("Update", -1, errors.New("disk full"))
+				return nil
 			},
 			want: elector.EndedDeadlineMissed,
 		},
@@ -81,8 +71,9 @@ func TestHistorySaysHowEachTermEnded(t *testing.T) {
 			// Cut off for good, the leader cannot say anything: its successor waits out
 			// its deadline.
 			name: "cut_off",
-			end: func(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) {
+			end: func(ctx context.Context, f *electortest.Fleet, s *electortest.Store, leader *electortest.Member) error {
 				client(f, leader).SetDown(errors.New("cut off"))
+				return nil
 			},
 			want: elector.EndedCrashed,
 		},
@@ -90,7 +81,11 @@ func TestHistorySaysHowEachTermEnded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f, s := fakeFleet(t, 3)
 			leader, token := f.Leader(within)
-			tc.end(t, f, s, leader)
+			ctx, cancel := context.WithTimeout(context.Background(), within)
+			defer cancel()
+			if err := tc.end(ctx, f, s, leader); err != nil {
+				t.Fatal(err)
+			}
 			awaitEnded(t, f, s, leader, token, tc.want)
 		})
 	}
