@@ -37,6 +37,11 @@ the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 
 --election may be left out when the instance takes part in one election only
 (status then lists every election).
+
+ENDED in the history says how each term ended: handed over (the leader shut
+down, or a reload dropped the election), resigned, transferred, key deleted
+(by an operator), deadline missed (its heartbeats did not reach the store in
+time, and it said so), or crashed (no word from it: killed, hung or cut off).
 `,
 		CobraFunc: func(cmd *cobra.Command) {
 			// Without a subcommand, or with an unknown one, say so: left to cobra, the
