@@ -225,6 +225,19 @@ func (p *page) localState(src electionSource, now time.Time) string {
 			boolText(t.Leading(now)), boolText(t.Holds()), boolText(holdOff > 0), boolText(leaving), boolText(e.Healthy()),
 			boolText(e.Failsafe().Active), boolText(e.Candidate().LeaseRemaining() > 0)}, "\x00"))
 	}
+	if sets, ok := src.(shardSource); ok {
+		// Who owns how many shards, summed: a move shows as soon as this instance sees it.
+		for _, set := range sets.RunningShardSets(context.Background()) {
+			if !shown(p.only, set.Set) {
+				continue
+			}
+			line := []string{set.Set, strconv.Itoa(set.Leaderless), strconv.Itoa(set.Moving)}
+			for _, c := range set.Candidates {
+				line = append(line, c.ID, strconv.Itoa(c.Owned), boolText(c.Healthy))
+			}
+			lines = append(lines, strings.Join(line, "\x00"))
+		}
+	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
 }
@@ -238,6 +251,7 @@ type view struct {
 	Refresh   int
 	Self      string
 	Elections []electionView
+	ShardSets []electionstatus.ShardSet
 }
 
 type electionView struct {
@@ -273,7 +287,8 @@ type termRow struct {
 }
 
 func (p *page) view(s Snapshot) view {
-	v := view{Title: p.title, Admin: p.admin, AdminLink: p.adminLink, At: s.At.UTC().Format("2006-01-02 15:04:05 UTC"), Refresh: noScriptRefresh}
+	v := view{Title: p.title, Admin: p.admin, AdminLink: p.adminLink, At: s.At.UTC().Format("2006-01-02 15:04:05 UTC"), Refresh: noScriptRefresh,
+		ShardSets: s.ShardSets}
 	for _, el := range s.Elections {
 		v.Self = el.Self
 		ev := electionView{Election: el, Name: el.Election.Election}
@@ -328,6 +343,9 @@ func (p *page) view(s Snapshot) view {
 			ev.Terms = append(ev.Terms, row)
 		}
 		v.Elections = append(v.Elections, ev)
+	}
+	if v.Self == "" && len(s.ShardSets) > 0 {
+		v.Self = s.ShardSets[0].Self
 	}
 	return v
 }

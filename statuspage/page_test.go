@@ -42,6 +42,8 @@ func TestPageRenders(t *testing.T) {
 		// peers adds the peers' answers: c0 says it is cut off, c3 is gone and does not
 		// answer.
 		peers bool
+		// shards adds a shard set "rooms" of 16 shards, 2 of them on the move.
+		shards bool
 	}{
 		{name: "handler_page_is_read_only", page: page{title: "Fleet"},
 			want:    []string{`<b data-leader>c0</b>`, `data-token>7<`, "1m30s", `data-term="6"`, `data-term="7"`, "deadline passed", "5s left", "never leads", `class="gap"`},
@@ -56,9 +58,21 @@ func TestPageRenders(t *testing.T) {
 			want: []string{`data-store="reachable"`, "reachable, lease confirmed 1s ago", `data-store="unreachable"`,
 				"unreachable, it says: “cannot reach the store: lease ran out”", "active since 03:04:01: lease lost",
 				"unreachable: no answer: connection refused", `<tr data-candidate="c3" class="gone">`, "not in the registry since 03:03:05"}},
+		{name: "shard_sets_are_summed", page: page{title: "Fleet"}, shards: true,
+			want:    []string{`data-shard-set="rooms"`, `data-shards>16<`, `data-moving>2 `, `<tr data-shard-candidate="c1"><td>c1 (this one)</td><td data-owned>6</td><td>5</td>`},
+			wantNot: []string{`data-election="rooms.`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			snap := snapshotOf(at, c.problem)
+			if c.shards {
+				snap.ShardSets = []electionstatus.ShardSet{{Set: "rooms", Shards: 16, Self: "c1", Moving: 2,
+					Owners: map[string]int{"c0": 5, "c1": 6, "c2": 5},
+					Candidates: []electionstatus.ShardCandidate{
+						{ID: "c0", Priority: 1, Healthy: true, Preferred: 6, Owned: 5},
+						{ID: "c1", Priority: 1, Healthy: true, Preferred: 5, Owned: 6},
+						{ID: "c2", Priority: 1, Healthy: true, Preferred: 5, Owned: 5},
+					}}}
+			}
 			if c.peers {
 				el := &snap.Elections[0]
 				el.Peers = map[string]PeerState{

@@ -18,6 +18,9 @@ type Snapshot struct {
 	At time.Time `json:"at"`
 	// Elections are sorted by name.
 	Elections []Election `json:"elections"`
+	// ShardSets are this instance's shard sets, each summed over its shards (its shards'
+	// elections are not among Elections), sorted by name.
+	ShardSets []electionstatus.ShardSet `json:"shard_sets,omitempty"`
 }
 
 // Election is one election of a Snapshot: GET /leader/'s report of it, its history and
@@ -44,6 +47,11 @@ type Election struct {
 // of this process.
 type electionSource interface {
 	RunningElections() map[string]*elector.Election
+}
+
+// shardSource is a source that also has shard sets (caddyleader.App does).
+type shardSource interface {
+	RunningShardSets(ctx context.Context) []electionstatus.ShardSet
 }
 
 // take reads the elections of src named in only (every one when only is empty). Each election
@@ -78,6 +86,13 @@ func take(ctx context.Context, src electionSource, only []string, kept *keptHist
 		})
 	}
 	wg.Wait()
+	if sets, ok := src.(shardSource); ok && src != nil {
+		for _, set := range sets.RunningShardSets(ctx) {
+			if shown(only, set.Set) {
+				snap.ShardSets = append(snap.ShardSets, set)
+			}
+		}
+	}
 	snap.At = time.Now()
 	for i := range snap.Elections {
 		snap.Elections[i].StoreProblem = storeProblem(snap.Elections[i], snap.At)
