@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/termconn"
 	"github.com/caddyleader/caddy-leader/shards"
 )
 
@@ -94,6 +95,7 @@ func (a *App) shardSet(name string) (*shardSet, error) {
 		e := a.election(shardElection(name, s))
 		shard := s
 		e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, shard, priority) }, slots)
+		termconn.For(e).SetMetricGroup(name)
 		set.elections[s] = e
 	}
 	a.shardSets[name] = set
@@ -189,4 +191,13 @@ func shardOf(election string) (set string, shard int, ok bool) {
 		return "", 0, false
 	}
 	return election[:dot], n, true
+}
+
+// metricLabel is the election label of election's metrics: its shard set's name for a
+// shard's election (a set is counted as one), else its own name.
+func metricLabel(election string) string {
+	if set, _, ok := shardOf(election); ok {
+		return set
+	}
+	return election
 }
