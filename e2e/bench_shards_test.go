@@ -38,7 +38,7 @@ func TestBenchShardSigterm(t *testing.T) {
 	etcd := etcdtest.Start(t, 1)
 	env := safety.NewEnv[*etcdProcs](t, caddyBin, nil, Config{Follower: "forward", Endpoints: etcd.Endpoints(), Shards: *benchShards})
 	launched := time.Now()
-	env.Launch(t, *benchInstances)
+	env.LaunchWithin(t, *benchInstances, 10*time.Minute)
 	t.Logf("%d instances placed %d shards in %v", *benchInstances, *benchShards, time.Since(launched).Round(time.Millisecond))
 	var times []time.Duration
 	var owned []int

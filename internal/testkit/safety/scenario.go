@@ -90,10 +90,17 @@ func (env *Env[S]) TTL() time.Duration {
 // HTTP client.
 func (env *Env[S]) Launch(t *testing.T, n int) {
 	t.Helper()
+	env.LaunchWithin(t, n, electTimeout)
+}
+
+// LaunchWithin is Launch with a bound of its own on the fleet agreeing on its leader and
+// placing its shards (a fleet of thousands of shards takes longer).
+func (env *Env[S]) LaunchWithin(t *testing.T, n int, within time.Duration) {
+	t.Helper()
 	env.Fleet = fleet.StartInstances(t, env.Bin, n, env.Cfg)
-	env.Leader, env.Token = fleet.WaitStableLeader(t, env.Fleet, electTimeout)
+	env.Leader, env.Token = fleet.WaitStableLeader(t, env.Fleet, within)
 	if env.Cfg.Shards > 0 {
-		env.Shards = fleet.WaitShardsPlaced(t, env.Fleet, electTimeout)
+		env.Shards = fleet.WaitShardsPlaced(t, env.Fleet, within)
 	}
 	transport := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}
 	t.Cleanup(transport.CloseIdleConnections)
