@@ -96,11 +96,23 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	if err == nil && obs.Holder != nil {
 		return obs, true
 	}
-	t := time.NewTimer(time.Duration(higher) * priorityStep(e.c.cfg.TTL))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+	wait := time.Duration(higher) * priorityStep(e.c.cfg.TTL)
+	if err != nil {
+		sleepCtx(ctx, wait)
+		return Observation{}, false
+	}
+	// The yield watches the key: the moment one that ranks higher takes it, this candidate
+	// knows its leader (a request it forwards waits for that), instead of up to a step per
+	// higher candidate later. A broken watch lets the campaign go ahead, as any store error.
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for o := range e.c.cfg.Backend.Watch(wctx, e.name, obs.Revision) {
+		if o.Err != nil {
+			break
+		}
+		if o.Holder != nil {
+			return o, true
+		}
 	}
 	return Observation{}, false
 }
