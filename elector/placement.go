@@ -52,6 +52,22 @@ func (e *Election) self() CandidateInfo {
 	return CandidateInfo{ID: e.c.cfg.ID, Priority: int(e.c.prio.rank.Load())}
 }
 
+// lastHolderOfPlaced is, for an election with a placement, the other instance that held the
+// key last, which a candidate about to campaign for the vacant key does not wait for
+// whatever the registry says of it: it let the key go (a shutdown hands over every shard at
+// once, and its registry entry may not say "leaving" yet), or it vanished. Waiting for it
+// would hold each shard a step per such candidate. Should it campaign again after all (a
+// resign without hold-off, a restart), the store decides, and placement moves the shard
+// back to it by a transfer. "" for an election without a placement.
+func (e *Election) lastHolderOfPlaced() string {
+	if e.placement.Load() == nil {
+		return ""
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.other.rec.ID
+}
+
 // preempts reports whether this candidate asks leaders it outranks to hand over.
 func (e *Election) preempts() bool {
 	return e.c.prio.preempt.Load() || e.placement.Load() != nil

@@ -79,14 +79,15 @@ func priorityStep(ttl time.Duration) time.Duration {
 // views that each may lag it differently (the leader that has just resigned announces
 // itself unhealthy at that very moment).
 func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
+	skip := e.lastHolderOfPlaced()
 	list, err := e.KnownCandidates(ctx)
-	if err != nil || e.higher(list) == 0 {
+	if err != nil || e.higher(list, skip) == 0 {
 		return Observation{}, false
 	}
 	if list, err = e.Candidates(ctx); err != nil {
 		return Observation{}, false
 	}
-	higher := e.higher(list)
+	higher := e.higher(list, skip)
 	if higher == 0 {
 		return Observation{}, false
 	}
@@ -117,12 +118,12 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	return Observation{}, false
 }
 
-// higher counts the live, healthy candidates of list, other than this one, that rank above
-// it.
-func (e *Election) higher(list []CandidateInfo) int {
+// higher counts the live, healthy candidates of list, other than this one and skip, that
+// rank above it.
+func (e *Election) higher(list []CandidateInfo, skip string) int {
 	self, n := e.self(), 0
 	for _, c := range list {
-		if c.ID != self.ID && c.Healthy && !c.Leaving && e.ranksAbove(c, self) {
+		if c.ID != self.ID && c.ID != skip && c.Healthy && !c.Leaving && e.ranksAbove(c, self) {
 			n++
 		}
 	}
@@ -185,7 +186,7 @@ func (e *Election) outranksLeader(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	if e.placement.Load() != nil && e.higher(list) > 0 {
+	if e.placement.Load() != nil && e.higher(list, "") > 0 {
 		return false // the shard belongs to another: it moves once, to that one
 	}
 	for _, c := range list {
