@@ -52,7 +52,7 @@ func TestBenchShardSigterm(t *testing.T) {
 		}
 		rest := others(env.Fleet, victim)
 		var took time.Duration
-		run := shardLoad(t, env, 4*time.Second, func(l *safety.LoadRun) {
+		run := shardLoad(t, env, 2*time.Second, func(l *safety.LoadRun) {
 			time.Sleep(time.Second)
 			l.MarkDown(victim)
 			took = sigtermTakeover(t, victim, rest, mine)

@@ -66,9 +66,17 @@ func (l *LoadRun) targets() []*fleet.Instance {
 
 // Run sends rate requests per second for d, then waits for every answer.
 func (l *LoadRun) Run(rate int, d time.Duration) {
+	stop := make(chan struct{})
+	timer := time.AfterFunc(d, func() { close(stop) })
+	defer timer.Stop()
+	l.RunUntil(rate, stop)
+}
+
+// RunUntil sends rate requests per second until stop is closed, then waits for every
+// answer: for a load that must cover an action of unknown length.
+func (l *LoadRun) RunUntil(rate int, stop <-chan struct{}) {
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
-	stop := time.After(d)
 	for n := 0; ; n++ {
 		select {
 		case <-stop:
