@@ -225,6 +225,11 @@ func leaderStatus(out io.Writer, adminAddr, election string, asJSON bool) error 
 	if election != "" {
 		elections = slices.DeleteFunc(elections, func(e ElectionStatus) bool { return e.Election != election })
 		if len(elections) == 0 {
+			for _, set := range st.ShardSets {
+				if shard, ok := strings.CutPrefix(election, set.Set+"."); ok {
+					return fmt.Errorf("--election: %q is shard %s of shard set %s, which status sums up: 'caddy leader shards %s' lists every shard", election, shard, set.Set, set.Set)
+				}
+			}
 			return fmt.Errorf("--election: this instance takes no part in election %q", election)
 		}
 	}
