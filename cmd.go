@@ -238,8 +238,10 @@ func leaderStatus(out io.Writer, adminAddr, election string, asJSON bool) error 
 		enc.SetIndent("", "  ")
 		return enc.Encode(adminStatus{Elections: elections, ShardSets: sets})
 	}
-	if err := printStatusTable(out, elections, time.Now()); err != nil {
-		return err
+	if len(elections) > 0 || len(sets) == 0 {
+		if err := printStatusTable(out, elections, time.Now()); err != nil {
+			return err
+		}
 	}
 	if len(sets) > 0 {
 		if len(elections) > 0 {
