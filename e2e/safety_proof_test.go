@@ -41,16 +41,16 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
+// The sequences run side by side (see TestSafety), each in a world of its own.
 func TestSafetyOneProof(t *testing.T) {
 	needCaddy(t)
-	started := time.Now()
-	var reports []safetyReport
-	defer func() {
-		t.Logf("RESULTS (ttl %v, %d instances with failsafe, 3 etcd member processes, %d req/s; %v in all):%s", ttl, safetyInstances, safety.DefaultRate, time.Since(started).Round(time.Second), safety.Table(reports))
-	}()
-	for _, sc := range oneProofScenarios(t) {
+	results := startResults(t, fmt.Sprintf("ttl %v, %d instances with failsafe, 3 etcd member processes, %d req/s", ttl, safetyInstances, safety.DefaultRate))
+	for i, sc := range oneProofScenarios(t) {
+		report := results.row()
 		t.Run(sc.Name, func(t *testing.T) {
-			reports = append(reports, runScenario(t, sc))
+			t.Parallel()
+			// Made again for this subtest, so that its failsafe links are its own.
+			report(runScenario(t, oneProofScenarios(t)[i]))
 		})
 	}
 }
