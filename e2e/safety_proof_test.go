@@ -41,16 +41,14 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
-// The sequences run side by side (see TestSafety), each in a world of its own.
+// The sequences run one at a time: their leaders ride the failsafe (see TestSafetyFailsafe).
 func TestSafetyOneProof(t *testing.T) {
 	needCaddy(t)
 	results := startResults(t, fmt.Sprintf("ttl %v, %d instances with failsafe, 3 etcd member processes, %d req/s", ttl, safetyInstances, safety.DefaultRate))
-	for i, sc := range oneProofScenarios(t) {
+	for _, sc := range oneProofScenarios(t) {
 		report := results.row()
 		t.Run(sc.Name, func(t *testing.T) {
-			t.Parallel()
-			// Made again for this subtest, so that its failsafe links are its own.
-			report(runScenario(t, oneProofScenarios(t)[i]))
+			report(runScenario(t, sc))
 		})
 	}
 }
