@@ -4,15 +4,17 @@
 # apt-get, and a kube-apiserver built from the Go module proxy), then runs
 #   go test -race -count=1 -timeout 45m ./...
 # in this module and in every nested one (each directory with a go.mod, but tools/), and ends
-# with a line that says which tests were skipped and why, or that none was.
+# with a line that says which tests were skipped and why, or that none was. The end-to-end
+# package ./e2e runs beside the rest, which goes one package at a time (see lanes below).
 #   ./test.sh             install what is missing, then test
 #   ./test.sh --install   only install what is missing
 #   ./test.sh --short     the quick tier: go test -short -count=1 ./... in every module, no
-#                         installs and no race detector (a few minutes on 2 cores): the
+#                         installs and no race detector (about 2 minutes on 2 cores): the
 #                         elector, the conformance suite on the in-memory store, every config
 #                         golden and the unit tests; whatever starts a store, a Caddy process
 #                         or a build is skipped
-# TEST_PACKAGES narrows the packages (default ./...); TEST_NO_INSTALL=1 skips the installs.
+# TEST_PACKAGES narrows the packages (default ./...; then every module runs in turn);
+# TEST_NO_INSTALL=1 skips the installs.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -121,10 +123,12 @@ add_job() { # DIR PACKAGES [FLAGS [NAME]]
 	job_names+=("${4:-$2 in $1}")
 }
 
-# lanes: the full run of every package goes in two lanes, two test processes at a time, as
-# go test's own -p 2 on two cores. The end-to-end package (./e2e: real Caddy fleets whose
-# scenarios wait out ttls, two at a time) takes one lane; the other runs everything else one
-# package at a time: the root module's other packages, then each nested module's.
+# lanes: the full run goes in two lanes. The end-to-end package (./e2e: real Caddy fleets
+# whose scenarios mostly wait out ttls, some two at a time) takes one lane; the other runs the
+# root module's other packages one at a time (-p 1: with ./e2e beside them, two test
+# processes, as go test's own -p 2 on two cores ran the root module before), then each
+# nested module as go test runs it, rather than after ./e2e: the full run takes about as
+# long as the longer lane (each about 20 minutes on 2 cores).
 lanes=
 if [[ $mode != --short && -z ${TEST_PACKAGES:-} && -d e2e ]]; then
 	lanes=1
@@ -132,7 +136,7 @@ if [[ $mode != --short && -z ${TEST_PACKAGES:-} && -d e2e ]]; then
 	add_job . ./e2e/
 	add_job . "$(go list ./... | grep -vxF "$e2e_pkg" | tr '\n' ' ')" "-p 1" "./... but ./e2e in ."
 	for dir in "${modules[@]}"; do
-		[[ $dir == . ]] || add_job "$dir" ./... "-p 1"
+		[[ $dir == . ]] || add_job "$dir" ./...
 	done
 else
 	for dir in "${modules[@]}"; do
