@@ -26,6 +26,10 @@ func init() {
 //	GET  /leader/                            every election this instance takes part in, with
 //	                                         every live candidate of each (the store's registry),
 //	                                         as JSON
+//	GET  /leader/shards/<set>                every shard of a shard set: its owner, token and
+//	                                         preferred owner, and each candidate's share
+//	POST /leader/shards/<set>/resign         this instance hands over every shard of the set it
+//	                                         owns, and stays out for ?hold_off (default: one ttl)
 //	GET  /leader/<election>/history          the election's ended terms (the latest 100), oldest
 //	                                         first, as the store keeps them for every instance
 //	POST /leader/<election>/resign           the leader hands over and stays out of the election
@@ -61,9 +65,23 @@ type ElectionStatus = electionstatus.Election
 type CandidateStatus = electionstatus.Candidate
 
 // RunningElections returns the elections that the candidacies of this process take part in,
-// by name: every election of every loaded config, whichever app asks. It reads in-process
-// state only; the status page (statuspage) finds the app with AppIfConfigured and lists them.
-func (*App) RunningElections() map[string]*elector.Election { return runningElections() }
+// by name: every election of every loaded config, whichever app asks, but the shards of
+// shard sets, which RunningShardSets sums up. It reads in-process state only; the status page
+// (statuspage) finds the app with AppIfConfigured and lists them.
+func (*App) RunningElections() map[string]*elector.Election {
+	all := runningElections()
+	for name := range all {
+		if _, _, shard := shardOf(name); shard {
+			delete(all, name)
+		}
+	}
+	return all
+}
+
+// RunningShardSets summarises the shard sets this process takes part in (see ShardSetStatus).
+func (*App) RunningShardSets(ctx context.Context) []ShardSetStatus {
+	return listShardSets(ctx, time.Now())
+}
 
 // storeTrouble says, when this instance has not heard from its store for a while, which store
 // that is: "no leader is known" is then what this instance cannot know, not what the store
@@ -102,7 +120,10 @@ func runningElections() map[string]*elector.Election {
 
 func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, "/leader/"), "/")
+	_, electionNamedShards := runningElections()["shards"]
 	switch {
+	case strings.HasPrefix(rest, "shards/") && !electionNamedShards:
+		return serveShards(w, r, strings.TrimPrefix(rest, "shards/"))
 	case rest == "":
 		if r.Method != http.MethodGet {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use GET")}
@@ -131,12 +152,14 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 func listElections(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now()
 	list := []ElectionStatus{}
-	for _, e := range runningElections() {
-		list = append(list, electionstatus.Of(r.Context(), e, now))
+	for name, e := range runningElections() {
+		if _, _, shard := shardOf(name); !shard {
+			list = append(list, electionstatus.Of(r.Context(), e, now))
+		}
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Election < list[j].Election })
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(map[string]any{"elections": list})
+	return json.NewEncoder(w).Encode(map[string]any{"elections": list, "shard_sets": listShardSets(r.Context(), now)})
 }
 
 func electionNamed(name string) (*elector.Election, error) {

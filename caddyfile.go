@@ -68,6 +68,9 @@ func init() {
 //			url     <url>
 //			timeout <duration>
 //		}
+//		shards        <set> <count> {
+//			max_moves <n>
+//		}
 //		store         <module> {
 //			...
 //		}
@@ -120,6 +123,18 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 			}
 			a.Elections = append(a.Elections, args...)
+		case "shards":
+			name, set, err := unmarshalShardSet(d)
+			if err != nil {
+				return err
+			}
+			if _, dup := a.ShardSets[name]; dup {
+				return d.Errf("shards: set %q given twice", name)
+			}
+			if a.ShardSets == nil {
+				a.ShardSets = make(map[string]*ShardSet)
+			}
+			a.ShardSets[name] = set
 		case "instance_id":
 			if err := oneArg(d, &a.InstanceID); err != nil {
 				return err
@@ -258,6 +273,7 @@ func parseGate(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 //	leader_gate [<matcher>] [<election>] {
 //		election    <name>
+//		shard       <set> <key>
 //		follower    reject [<status>] | redirect [307|308] | forward
 //		hold        <duration>
 //		retry_after <duration>
@@ -268,7 +284,9 @@ func parseGate(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		}
 //	}
 //
-// The election is named once, as the argument or in the block.
+// The election is named once, as the argument or in the block. `shard` routes by key
+// instead: a request is admitted on the owner of its key's shard in the shard set <set>
+// (see ShardSet), and <key> is text with placeholders, such as {http.request.uri.path.1}.
 func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
 	if d.NextArg() {
@@ -286,6 +304,9 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			// Two names for one gate are a mistake whichever should win.
 			if g.Election != "" {
 				return d.Errf("election: already set to %q", g.Election)
+			}
+			if g.ShardSet != "" {
+				return d.Errf("election: the gate admits for shard set %q already; a gate admits for one election or one shard set", g.ShardSet)
 			}
 			if err := oneArg(d, &g.Election); err != nil {
 				return err
@@ -323,6 +344,13 @@ func (g *Gate) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "retry_after":
 			if err := positiveDurationArg(d, &g.RetryAfter, DefaultRetryAfter); err != nil {
+				return err
+			}
+		case "shard":
+			if g.Election != "" {
+				return d.Errf("shard: the gate admits for election %q already; a gate admits for one election or one shard set", g.Election)
+			}
+			if err := unmarshalShardRoute(d, &g.ShardSet, &g.ShardKey); err != nil {
 				return err
 			}
 		case "cancel_on_loss":
@@ -394,7 +422,9 @@ func parseHealth(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		unhealthy_status <code>
 //	}
 //
-// The election is named once, as the argument or in the block.
+// The election is named once, as the argument or in the block. `shard` routes by key
+// instead: a request is admitted on the owner of its key's shard in the shard set <set>
+// (see ShardSet), and <key> is text with placeholders, such as {http.request.uri.path.1}.
 func (h *HealthHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
 	if d.NextArg() {
@@ -445,7 +475,12 @@ func (h *HealthHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // UnmarshalCaddyfile sets up the matcher from Caddyfile tokens:
 //
-//	leader [<election>]
+//	leader [<election>] {
+//		shard <set> <key>
+//	}
+//
+// With `shard`, it matches where this instance owns the request's key's shard in the shard
+// set <set>.
 func (m *Matcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	// A matcher repeated in one set arrives as several segments. One Matcher holds one
 	// election, so only repeats of the same election can be merged.
@@ -468,8 +503,18 @@ func (m *Matcher) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		if d.NextArg() {
 			return d.ArgErr()
 		}
-		if d.NextBlock(0) {
-			return d.Err("the leader matcher takes no block")
+		for nesting := d.Nesting(); d.NextBlock(nesting); {
+			switch d.Val() {
+			case "shard":
+				if m.Election != "" {
+					return d.Errf("leader: shard: the matcher tests election %q already; it tests one election or one shard set", m.Election)
+				}
+				if err := unmarshalShardRoute(d, &m.ShardSet, &m.ShardKey); err != nil {
+					return err
+				}
+			default:
+				return d.Errf("leader: unknown option %q (the option is shard)", d.Val())
+			}
 		}
 	}
 	return nil
@@ -485,7 +530,12 @@ func electionOrDefault(name string) string {
 // UnmarshalCaddyfile sets up the dynamic upstream source from the tokens of reverse_proxy's
 // `dynamic` subdirective:
 //
-//	dynamic leader [<election>]
+//	dynamic leader [<election>] {
+//		shard <set> <key>
+//	}
+//
+// With `shard`, each request goes to the owner of its key's shard in the shard set <set>
+// instead of the leader of an election.
 func (u *LeaderUpstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the source's name
 	if d.NextArg() {
@@ -497,8 +547,18 @@ func (u *LeaderUpstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	if d.NextBlock(0) {
-		return d.Err("dynamic leader takes no block")
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "shard":
+			if u.Election != "" {
+				return d.Errf("dynamic leader: shard: the source follows election %q already; it follows one election or one shard set", u.Election)
+			}
+			if err := unmarshalShardRoute(d, &u.ShardSet, &u.ShardKey); err != nil {
+				return err
+			}
+		default:
+			return d.Errf("dynamic leader: unknown option %q (the option is shard)", d.Val())
+		}
 	}
 	return nil
 }

@@ -194,7 +194,7 @@ func TestUnmarshalCaddyfileDispenser(t *testing.T) {
 		{name: "matcher/repeated_default_spelled_out", newMod: newMatcher, input: "leader\nleader default", want: &Matcher{}},
 		{name: "matcher/two_elections", newMod: newMatcher, input: "leader main\nleader billing", wantErr: `not both "main" and "billing"`},
 		{name: "matcher/extra_argument", newMod: newMatcher, input: "leader main extra", wantErr: "wrong argument count"},
-		{name: "matcher/block", newMod: newMatcher, input: "leader {\n\telection main\n}", wantErr: "takes no block"},
+		{name: "matcher/unknown_option", newMod: newMatcher, input: "leader {\n\telection main\n}", wantErr: `unknown option "election"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "leader",
-		Usage: "status|history|resign|transfer [--election <name>] [--address <interface>] [--config <path> [--adapter <name>]]",
+		Usage: "status|shards|history|resign|transfer [--election <name>] [--address <interface>] [--config <path> [--adapter <name>]]",
 		Short: "Shows and steers this instance's leader elections",
 		Long: `
 Talks to the admin API of the running Caddy instance (the leader endpoints
@@ -30,12 +30,18 @@ under /leader/). The admin address comes from --address if given, else from
 the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 
   caddy leader status [--election <name>] [--json]
+  caddy leader shards [<set>] [--json]
   caddy leader history [--election <name>] [--json]
-  caddy leader resign [--election <name>] [--hold-off <duration>]
+  caddy leader resign [--election <name> | --shards <set>] [--hold-off <duration>]
   caddy leader transfer --to <instance_id> [--election <name>] [--timeout <duration>]
 
 --election may be left out when the instance takes part in one election only
 (status then lists every election).
+
+ENDED in the history says how each term ended: handed over (the leader shut
+down, or a reload dropped the election), resigned, transferred, key deleted
+(by an operator), deadline missed (its heartbeats did not reach the store in
+time, and it said so), or crashed (no word from it: killed, hung or cut off).
 `,
 		CobraFunc: func(cmd *cobra.Command) {
 			// Without a subcommand, or with an unknown one, say so: left to cobra, the
@@ -45,24 +51,32 @@ the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 				if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 					return c.Help()
 				}
-				return fmt.Errorf("unknown subcommand %q for %q: use status, history, resign or transfer (see 'caddy leader --help')", args[0], c.CommandPath())
+				return fmt.Errorf("unknown subcommand %q for %q: use status, shards, history, resign or transfer (see 'caddy leader --help')", args[0], c.CommandPath())
 			}
 			cmd.AddCommand(leaderSubcommand("status", "[--election <name>] [--json]", "Lists the elections this instance takes part in",
 				func(c *cobra.Command) { c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table") },
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderStatus(out, addr, fl.String("election"), fl.Bool("json"))
 				}))
+			shardsCmd := leaderSubcommand("shards", "[<set>] [--json]", "Lists the shards of a shard set: owner, token and preferred owner of each",
+				func(c *cobra.Command) { c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table") },
+				func(fl caddycmd.Flags, out io.Writer, addr string) error {
+					return leaderShards(out, addr, fl.Arg(0), fl.Bool("json"))
+				})
+			shardsCmd.Args = cobra.MaximumNArgs(1)
+			cmd.AddCommand(shardsCmd)
 			cmd.AddCommand(leaderSubcommand("history", "[--election <name>] [--json]", "Lists the ended terms of an election, as the store keeps them",
 				func(c *cobra.Command) { c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table") },
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderHistory(out, addr, fl.String("election"), fl.Bool("json"))
 				}))
-			cmd.AddCommand(leaderSubcommand("resign", "[--election <name>] [--hold-off <duration>]", "Makes the leader hand over and stay out for a while",
+			cmd.AddCommand(leaderSubcommand("resign", "[--election <name> | --shards <set>] [--hold-off <duration>]", "Makes the leader hand over and stay out for a while",
 				func(c *cobra.Command) {
 					c.Flags().String("hold-off", "", "How long the leader stays out of the election, e.g. 30s (default: one ttl)")
+					c.Flags().String("shards", "", "Resign every shard of this shard set that the instance owns")
 				},
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
-					return leaderResign(out, addr, fl.String("election"), fl.String("hold-off"))
+					return leaderResign(out, addr, fl.String("election"), fl.String("shards"), fl.String("hold-off"))
 				}))
 			cmd.AddCommand(leaderSubcommand("transfer", "--to <instance_id> [--election <name>] [--timeout <duration>]", "Hands leadership over to a named candidate",
 				func(c *cobra.Command) {
@@ -181,34 +195,127 @@ func plainAdminError(err error) error {
 }
 
 func fetchElections(adminAddr string) ([]ElectionStatus, error) {
-	var list struct {
-		Elections []ElectionStatus `json:"elections"`
-	}
-	if err := adminCall(adminAddr, http.MethodGet, "/leader/", &list); err != nil {
-		return nil, err
-	}
-	return list.Elections, nil
+	st, err := fetchStatus(adminAddr)
+	return st.Elections, err
+}
+
+// adminStatus is GET /leader/'s answer.
+type adminStatus struct {
+	Elections []ElectionStatus `json:"elections"`
+	ShardSets []ShardSetStatus `json:"shard_sets"`
+}
+
+func fetchStatus(adminAddr string) (adminStatus, error) {
+	var st adminStatus
+	err := adminCall(adminAddr, http.MethodGet, "/leader/", &st)
+	return st, err
 }
 
 // leaderStatus prints the elections of the instance at adminAddr (only the one named
 // election, unless it is empty), as a table or as JSON.
 func leaderStatus(out io.Writer, adminAddr, election string, asJSON bool) error {
-	elections, err := fetchElections(adminAddr)
+	st, err := fetchStatus(adminAddr)
 	if err != nil {
 		return err
+	}
+	elections, sets := st.Elections, st.ShardSets
+	if election != "" {
+		sets = nil
 	}
 	if election != "" {
 		elections = slices.DeleteFunc(elections, func(e ElectionStatus) bool { return e.Election != election })
 		if len(elections) == 0 {
+			for _, set := range st.ShardSets {
+				if shard, ok := strings.CutPrefix(election, set.Set+"."); ok {
+					return fmt.Errorf("--election: %q is shard %s of shard set %s, which status sums up: 'caddy leader shards %s' lists every shard", election, shard, set.Set, set.Set)
+				}
+			}
 			return fmt.Errorf("--election: this instance takes no part in election %q", election)
 		}
 	}
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"elections": elections})
+		return enc.Encode(adminStatus{Elections: elections, ShardSets: sets})
 	}
-	return printStatusTable(out, elections, time.Now())
+	if len(elections) > 0 || len(sets) == 0 {
+		if err := printStatusTable(out, elections, time.Now()); err != nil {
+			return err
+		}
+	}
+	if len(sets) > 0 {
+		if len(elections) > 0 {
+			fmt.Fprintln(out)
+		}
+		return printShardSetsTable(out, sets)
+	}
+	return nil
+}
+
+// printShardSetsTable writes one row per candidate of every shard set: how many shards it
+// owns, how many placement gives it, and the set's shards without an owner or on the move.
+func printShardSetsTable(out io.Writer, sets []ShardSetStatus) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD SET\tSHARDS\tLEADERLESS\tMOVING\tCANDIDATE\tOWNS\tSHOULD OWN\tPRIORITY\tHEALTHY\tURL")
+	for _, set := range sets {
+		for _, c := range set.Candidates {
+			self := ""
+			if c.ID == set.Self {
+				self = " *"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s%s\t%d\t%d\t%d\t%s\t%s\n", set.Set, set.Shards, set.Leaderless, set.Moving,
+				c.ID, self, c.Owned, c.Preferred, c.Priority, yesNo(c.Healthy), dash(c.URL))
+		}
+		if len(set.Candidates) == 0 {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t(no live candidate is known)\n", set.Set, set.Shards, set.Leaderless, set.Moving)
+		}
+	}
+	return tw.Flush()
+}
+
+// leaderShards prints the shards of a set, or of the only one, as a table or as JSON.
+func leaderShards(out io.Writer, adminAddr, set string, asJSON bool) error {
+	if set == "" {
+		st, err := fetchStatus(adminAddr)
+		if err != nil {
+			return err
+		}
+		switch len(st.ShardSets) {
+		case 0:
+			return errors.New("this instance takes part in no shard set")
+		case 1:
+			set = st.ShardSets[0].Set
+		default:
+			names := make([]string, len(st.ShardSets))
+			for i, s := range st.ShardSets {
+				names[i] = s.Set
+			}
+			return fmt.Errorf("this instance takes part in several shard sets: name one of %s", strings.Join(names, ", "))
+		}
+	}
+	var st ShardSetStatus
+	if err := adminCall(adminAddr, http.MethodGet, "/leader/shards/"+url.PathEscape(set), &st); err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	if err := printShardSetsTable(out, []ShardSetStatus{st}); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tELECTION\tOWNER\tTOKEN\tPREFERRED\tROLE HERE")
+	for _, sh := range st.List {
+		token := "-"
+		if sh.Token != 0 {
+			token = strconv.FormatInt(sh.Token, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", sh.Shard, sh.Election, dash(sh.Owner), token, dash(sh.Preferred), sh.Role)
+	}
+	return tw.Flush()
 }
 
 // printStatusTable writes one row per candidate of every election, like `patronictl list`:
@@ -380,9 +487,15 @@ func chooseElection(adminAddr, name string) (string, error) {
 
 // leaderResign asks the leader of an election to hand over and stay out for holdOff (the
 // admin API's default, one ttl, when empty).
-func leaderResign(out io.Writer, adminAddr, election, holdOff string) error {
+func leaderResign(out io.Writer, adminAddr, election, set, holdOff string) error {
 	if err := checkDurationFlag("hold-off", holdOff); err != nil {
 		return err
+	}
+	if set != "" {
+		if election != "" {
+			return errors.New("--shards: resign either an election (--election, which may be one shard, <set>.<n>) or every shard this instance owns in a set (--shards), not both")
+		}
+		return resignShardSet(out, adminAddr, set, holdOff)
 	}
 	election, err := chooseElection(adminAddr, election)
 	if err != nil {
@@ -406,6 +519,23 @@ func leaderResign(out io.Writer, adminAddr, election, holdOff string) error {
 	} else {
 		_, err = fmt.Fprintf(out, "asked leader %s of election %s (term %d) to resign and stay out for %s\n", result.Asked, election, result.Token, result.HoldOff)
 	}
+	return err
+}
+
+// resignShardSet makes the instance hand over every shard of set it owns.
+func resignShardSet(out io.Writer, adminAddr, set, holdOff string) error {
+	uri := "/leader/shards/" + url.PathEscape(set) + "/resign"
+	if holdOff != "" {
+		uri += "?" + url.Values{"hold_off": {holdOff}}.Encode()
+	}
+	var result struct {
+		Resigned []int  `json:"resigned"`
+		HoldOff  string `json:"hold_off"`
+	}
+	if err := adminCall(adminAddr, http.MethodPost, uri, &result); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(out, "resigned %d shards of set %s; this instance stays out of them for %s\n", len(result.Resigned), set, result.HoldOff)
 	return err
 }
 

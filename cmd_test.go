@@ -179,7 +179,7 @@ func TestLeaderCommand(t *testing.T) {
 	})
 
 	t.Run("unknown_election_is_an_error", func(t *testing.T) {
-		err := leaderResign(new(bytes.Buffer), admin, "other", "")
+		err := leaderResign(new(bytes.Buffer), admin, "other", "", "")
 		if err == nil || !strings.Contains(err.Error(), "other") || !strings.Contains(err.Error(), "404") {
 			t.Errorf("resign --election other: err = %v", err)
 		}
@@ -193,7 +193,7 @@ func TestLeaderCommand(t *testing.T) {
 		peerCand, peer := fleet.StartCandidate(t, elector.Config{ID: "peer2", URL: "http://127.0.0.1:3", TTL: 2 * time.Second, Backend: backend}, "cmd")
 		first := status(t).Token
 		// The peer learns of cmd-node's term, then leads by a transfer, and hands back by
-		// leaving: each successor records the term it ended.
+		// leaving: each successor records the term it ended, and how.
 		for deadline := time.Now().Add(10 * time.Second); peer[0].Term().Token != first; {
 			if time.Now().After(deadline) {
 				t.Fatalf("the peer never saw term %d: %+v", first, peer[0].Term())
@@ -223,11 +223,12 @@ func TestLeaderCommand(t *testing.T) {
 			}
 			rows = nil
 			for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n")[1:] {
+				// ELECTION TOKEN LEADER START END DURATION ENDED (one or more words) SUCCESSOR
 				f := strings.Fields(line)
-				rows = append(rows, strings.Join(append(f[:3:3], f[len(f)-3:]...), " "))
+				rows = append(rows, strings.Join(append(f[:3:3], f[6:]...), " "))
 			}
 			want := []string{
-				fmt.Sprintf("cmd %d cmd-node handed over peer2", first),
+				fmt.Sprintf("cmd %d cmd-node transferred peer2", first),
 				fmt.Sprintf("cmd %d peer2 handed over cmd-node", second),
 			}
 			if strings.Join(rows, "\n") == strings.Join(want, "\n") {
@@ -255,7 +256,7 @@ func TestLeaderCommand(t *testing.T) {
 	t.Run("resign_hands_over_and_holds_off", func(t *testing.T) {
 		before := status(t)
 		var out bytes.Buffer
-		if err := leaderResign(&out, admin, "", "1m"); err != nil {
+		if err := leaderResign(&out, admin, "", "", "1m"); err != nil {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf("cmd-node resigned election cmd (term %d); it stays out for 1m0s\n", before.Token)
@@ -357,7 +358,9 @@ func TestHistoryTable(t *testing.T) {
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	h := HistoryStatus{Election: "main", Terms: []elector.PastTerm{
 		{Token: 7, Leader: "a", Start: start, End: start.Add(90 * time.Second), Ended: elector.EndedHandedOver, Successor: "b", SuccessorToken: 9},
-		{Token: 9, Leader: "b", Start: start.Add(91 * time.Second), End: start.Add(time.Hour), Ended: elector.EndedDeadlinePassed, Successor: "a", SuccessorToken: 12},
+		{Token: 9, Leader: "b", Start: start.Add(91 * time.Second), End: start.Add(time.Hour), Ended: elector.EndedCrashed, Successor: "a", SuccessorToken: 12},
+		{Token: 12, Leader: "a", Start: start.Add(time.Hour), End: start.Add(2 * time.Hour), Ended: elector.EndedTransferred, Successor: "c", SuccessorToken: 13},
+		{Token: 13, Leader: "c", Start: start.Add(2 * time.Hour), End: start.Add(3 * time.Hour), Ended: elector.EndedDeadlineMissed, Successor: "a", SuccessorToken: 15},
 	}}
 	var out bytes.Buffer
 	if err := printHistoryTable(&out, h); err != nil {
@@ -370,7 +373,9 @@ func TestHistoryTable(t *testing.T) {
 	want := []string{
 		"ELECTION TOKEN LEADER START END DURATION ENDED SUCCESSOR",
 		"main 7 a 2026-01-02T03:04:05Z 2026-01-02T03:05:35Z 1m30s handed over b",
-		"main 9 b 2026-01-02T03:05:36Z 2026-01-02T04:04:05Z 58m29s deadline passed a",
+		"main 9 b 2026-01-02T03:05:36Z 2026-01-02T04:04:05Z 58m29s crashed a",
+		"main 12 a 2026-01-02T04:04:05Z 2026-01-02T05:04:05Z 1h0m0s transferred c",
+		"main 13 c 2026-01-02T05:04:05Z 2026-01-02T06:04:05Z 1h0m0s deadline missed a",
 	}
 	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
 		t.Errorf("table:\n%s\nwant:\n%s", out.String(), strings.Join(want, "\n"))
@@ -457,7 +462,7 @@ func TestLeaderCommandMisuse(t *testing.T) {
 	}{
 		{"unknown_flag_is_named", []string{"status", "--bogus"}, "unknown flag: --bogus (see 'caddy leader status --help')"},
 		{"extra_argument_is_named", []string{"resign", "extra"}, `unknown command "extra" for "caddy leader resign"`},
-		{"unknown_subcommand_is_named_not_its_flags", []string{"frobnicate", "--address", "X"}, `unknown subcommand "frobnicate" for "caddy leader": use status, history, resign or transfer`},
+		{"unknown_subcommand_is_named_not_its_flags", []string{"frobnicate", "--address", "X"}, `unknown subcommand "frobnicate" for "caddy leader": use status, shards, history, resign or transfer`},
 		{"status_takes_election", []string{"status", "--election", "default", "--address", closed}, ""},
 		{"history_takes_election", []string{"history", "--election", "default", "--address", closed}, ""},
 		{"resign_takes_election", []string{"resign", "--election", "default", "--address", closed}, ""},
@@ -503,9 +508,9 @@ func TestLeaderCommandAnswers(t *testing.T) {
 		wantErr string
 		wantOut string
 	}{
-		{"hold_off_without_unit", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "5") },
+		{"hold_off_without_unit", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "", "5") },
 			`--hold-off: "5" has no unit: write 5s, 5m or 5h`, ""},
-		{"hold_off_not_a_duration", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "soon") },
+		{"hold_off_not_a_duration", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "", "soon") },
 			`--hold-off: "soon" is not a non-negative duration`, ""},
 		{"timeout_without_unit", func(out *bytes.Buffer) error { return leaderTransfer(out, siteAddr, "default", "a", "20") },
 			`--timeout: "20" has no unit`, ""},

@@ -31,6 +31,13 @@ const (
 	// EventStoreUnreachable. Data: self, failed_requests, unreachable_seconds.
 	EventStoreReachable = "leader_store_reachable"
 
+	// EventShardOwned: this instance came to own a shard of a shard set (it leads the
+	// shard's election). EventShardLost: it stopped owning one. Data: set, shard,
+	// election, self, leader, previous_leader, token, reason. A shard's changes of
+	// leader seen from elsewhere are not events: a set has too many shards.
+	EventShardOwned = "leader_shard_owned"
+	EventShardLost  = "leader_shard_lost"
+
 	// EventConnectionsCut: connections admitted under a term of this instance (layer-4
 	// connections, HTTP upgrades) were cut because the term stopped admitting. One event
 	// per batch cut at once. Data: election, self, token, kind (layer4, http), reason
@@ -71,13 +78,15 @@ type pendingEvent struct {
 // (and logged) rather than blocking the election.
 const eventQueueSize = 256
 
-func newCandidateObserver(ctx caddy.Context, self string) (*candidateObserver, error) {
+// shards is how many shards the config's shard sets have in all: the queue has room for an
+// event of each, as a shutdown moves every shard an instance owns at once.
+func newCandidateObserver(ctx caddy.Context, self string, shards int) (*candidateObserver, error) {
 	events, err := ctx.App("events")
 	if err != nil {
 		return nil, err
 	}
 	o := &candidateObserver{events: events.(*caddyevents.App), ctx: ctx, self: self,
-		queue: make(chan pendingEvent, eventQueueSize), started: make(chan struct{})}
+		queue: make(chan pendingEvent, eventQueueSize+shards), started: make(chan struct{})}
 	// Caddy emits "started" once every app of the config, the events app included, has
 	// started; subscribing here, while the config is still being provisioned, is allowed.
 	if err := o.events.On("started", configStarted{o.started}); err != nil {
@@ -125,6 +134,20 @@ func (o *candidateObserver) TermChanged(e *elector.Election, prev, next *elector
 			"election": next.Election, "self": next.Self, "leader": next.Leader.ID,
 			"previous_leader": prev.Leader.ID, "token": next.Token, "reason": next.Reason,
 		}
+	}
+	if set, shard, ok := shardOf(e.Name()); ok {
+		shardData := func() map[string]any {
+			d := data()
+			d["set"], d["shard"] = set, shard
+			return d
+		}
+		switch {
+		case !prev.Holds() && next.Holds():
+			o.enqueue(EventShardOwned, shardData())
+		case prev.Holds() && !next.Holds():
+			o.enqueue(EventShardLost, shardData())
+		}
+		return
 	}
 	switch {
 	case !prev.Holds() && next.Holds():

@@ -268,12 +268,18 @@ func (failsafeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- failsafeAc
 
 // Collect implements prometheus.Collector.
 func (failsafeCollector) Collect(ch chan<- prometheus.Metric) {
+	// A shard set counts as one: active while any of its shards is.
+	active := map[string]float64{}
 	for name, e := range runningElections() {
-		active := 0.0
+		label := metricLabel(name)
 		if e.Failsafe().Active {
-			active = 1
+			active[label] = 1
+		} else if _, ok := active[label]; !ok {
+			active[label] = 0
 		}
-		ch <- prometheus.MustNewConstMetric(failsafeActiveDesc, prometheus.GaugeValue, active, name)
+	}
+	for label, v := range active {
+		ch <- prometheus.MustNewConstMetric(failsafeActiveDesc, prometheus.GaugeValue, v, label)
 	}
 }
 
@@ -292,7 +298,7 @@ func (o *candidateObserver) FailsafeRound(e *elector.Election, refused bool) {
 	if refused {
 		result = "refused"
 	}
-	failsafeRounds.WithLabelValues(e.Name(), result).Inc()
+	failsafeRounds.WithLabelValues(metricLabel(e.Name()), result).Inc()
 }
 
 // failsafeNote is the line `caddy leader status` prints about an election's failsafe;

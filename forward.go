@@ -56,10 +56,13 @@ const (
 // the ex-leader refused it, and then only if its body can be sent again. What goes to the
 // leader is the request as the client sent it (see asSent); what is served here, should
 // this instance win meanwhile, is the request as this route's rewrites left it.
-func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, rt *gateRoute) error {
 	body, replayable, err := bufferBody(r)
 	if err != nil {
 		return caddyhttp.Error(http.StatusBadRequest, err)
+	}
+	if g.routes != nil {
+		caddyhttp.SetVar(r.Context(), routeVar, rt) // for routedUpstreams
 	}
 	deadline := time.Now().Add(g.hold)
 	pause := firstNotLeaderPause
@@ -69,26 +72,26 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 		}
 		if try > 1 {
 			ctx, cancel := context.WithDeadline(r.Context(), deadline)
-			t, settled := g.waitSettled(ctx)
+			t, settled := g.waitSettled(ctx, rt.election)
 			cancel()
 			if !settled {
-				return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+				return g.reject(w, http.StatusServiceUnavailable, rt.errNoLeader)
 			}
 			if t.Holds() {
-				if t, admitted := g.election.Enter(); admitted {
+				if t, admitted := rt.election.Enter(); admitted {
 					// This instance won the next term: serve here, under this term's
 					// token, not the one the request was first seen with.
 					repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-					setTermPlaceholders(repl, t, true)
+					setTermPlaceholders(repl, t, rt.placeholders.shard, true)
 					g.counts.served.Inc()
-					return g.serveAdmitted(w, r, next, t)
+					return g.serveAdmitted(w, r, next, rt, t)
 				}
 			}
 			// A try that did not go through may still be dialing in the background and
 			// reading the request's variables: give this try its own.
 			r = r.WithContext(withOwnVars(r.Context()))
 		}
-		changed := g.election.Changed()
+		changed := rt.election.Changed()
 		catcher := newNotLeaderCatcher(w)
 		err := g.forwarder.ServeHTTP(catcher, asSent(r), next)
 		switch {
@@ -99,16 +102,16 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 				wait = time.Until(deadline) // nothing but a change is worth a new try
 			}
 			if !replayable || !waitForChange(r.Context(), changed, wait, deadline) {
-				return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+				return g.reject(w, http.StatusServiceUnavailable, rt.errNoLeader)
 			}
 			pause = min(2*pause, maxNotLeaderPause)
 		case err == nil:
 			return nil // the leader answered
 		case !notSent(err):
-			return g.forwardFailed(w, err)
+			return g.forwardFailed(w, err, rt)
 		}
 		if time.Now().After(deadline) {
-			return g.forwardFailed(w, err)
+			return g.forwardFailed(w, err, rt)
 		}
 	}
 }
@@ -156,14 +159,14 @@ func notSent(err error) bool {
 // forwardFailed turns a forward that got no answer from the leader within Hold (it died, or
 // went away before a successor was known) into what the client would see with no leader:
 // 503 with Retry-After.
-func (g *Gate) forwardFailed(w http.ResponseWriter, err error) error {
+func (g *Gate) forwardFailed(w http.ResponseWriter, err error, rt *gateRoute) error {
 	if err == nil {
-		return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+		return g.reject(w, http.StatusServiceUnavailable, rt.errNoLeader)
 	}
 	var he caddyhttp.HandlerError
 	if errors.As(err, &he) && he.StatusCode >= 500 {
 		// %v, not %w: caddyhttp.Error would keep the wrapped error's status.
-		return g.reject(w, http.StatusServiceUnavailable, fmt.Errorf("forwarding to the leader of election %q: %v", g.Election, err))
+		return g.reject(w, http.StatusServiceUnavailable, fmt.Errorf("forwarding to the leader of election %q: %v", rt.name, err))
 	}
 	return err
 }

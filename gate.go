@@ -3,6 +3,7 @@ package caddyleader
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -68,6 +69,7 @@ const (
 // `{http.leader.id}` | The current leader's instance id; empty if none is known
 // `{http.leader.url}` | The current leader's advertise URL; empty if none is known
 // `{http.leader.token}` | The fencing token (etcd create revision) of the current term; empty if none is known
+// `{http.leader.shard}` | With `shard_set`: the number of the request's shard (its election is `<set>.<shard>`, and the placeholders above are that shard's: `{http.leader.id}` is its owner, `{http.leader.token}` its term's token); empty otherwise
 // `{http.leader.admitted_at}` | With `admission_times`: when this instance admitted the request (RFC 3339, UTC, its wall clock at the admission check); empty otherwise
 // `{http.leader.deadline}` | With `admission_times`: until when the admitting term could admit it if nothing changed (its lease, heartbeat or failsafe deadline, as `admitted_at`), so a backend that receives the request later knows the term may have ended first; empty otherwise
 type Gate struct {
@@ -117,16 +119,49 @@ type Gate struct {
 	// URL is https (the fleet is expected to advertise one scheme).
 	TransportRaw json.RawMessage `json:"transport,omitempty" caddy:"namespace=http.reverse_proxy.transport inline_key=protocol"`
 
+	// ShardSet names a shard set of the leader app (see ShardSet): the gate then admits a
+	// request on the owner of its key's shard, under that shard's term, instead of on the
+	// leader of Election, and forwards, redirects or rejects it elsewhere as for an
+	// election. It needs ShardKey, and excludes Election. Default: none.
+	ShardSet string `json:"shard_set,omitempty"`
+
+	// ShardKey is the request's key in ShardSet, with placeholders: a path segment
+	// (`{http.request.uri.path.1}`), a header (`{http.request.header.X-Tenant}`), a query
+	// value (`{http.request.uri.query.room}`), or any text built from them. Requests
+	// without the key share the shard of the empty key. Default: none.
+	ShardKey string `json:"shard_key,omitempty"`
+
+	route     *gateRoute   // the election's, or nil with a shard set
+	routes    []*gateRoute // one per shard, with a shard set
+	key       shardKey
+	hold      time.Duration
+	forwarder *reverseproxy.Handler
+	selfDial  string // host:port of this instance's advertise URL; empty without one
+	counts    gateCounters
+	// retryAfter is the Retry-After header's value.
+	retryAfter string
+}
+
+// gateRoute is what a gate needs of one election it admits requests for: the election,
+// the placeholders of its terms, the errors that name it and, for forward, the upstreams
+// that reach its leader. A gate has one, or one per shard of its set.
+type gateRoute struct {
+	name         string
 	election     *elector.Election
 	placeholders *placeholderCache
-	hold         time.Duration
-	retryAfter   string
-	forwarder    *reverseproxy.Handler
-	selfDial     string // host:port of this instance's advertise URL; empty without one
-	counts       gateCounters
+	upstreams    *LeaderUpstreams // with forward
 	errNotLeader error
 	errNoLeader  error
 	errForwarded error
+}
+
+func newGateRoute(name string, e *elector.Election, shard string) *gateRoute {
+	return &gateRoute{
+		name: name, election: e, placeholders: &placeholderCache{shard: shard},
+		errNotLeader: fmt.Errorf("this instance does not lead election %q", name),
+		errNoLeader:  fmt.Errorf("no leader of election %q is known", name),
+		errForwarded: fmt.Errorf("a request forwarded as to the leader of election %q reached an instance that does not lead it", name),
+	}
 }
 
 // CaddyModule returns the Caddy module information.
@@ -150,7 +185,15 @@ func (g *Gate) Provision(ctx caddy.Context) error {
 	if g.Follower != FollowerReject && app.Advertise == "" {
 		return fmt.Errorf("leader_gate: follower %s needs the leader app's advertise URL: set `advertise` in the global leader option", g.Follower)
 	}
-	g.bind(app.election(g.Election))
+	if g.ShardSet != "" {
+		set, err := app.shardSet(g.ShardSet)
+		if err != nil {
+			return fmt.Errorf("leader_gate: shard_set: %v", err)
+		}
+		g.bindShards(set)
+	} else {
+		g.bind(app.election(g.Election))
+	}
 	g.selfDial, _ = leaderDial(app.Advertise)
 	if g.Follower == FollowerForward {
 		return g.provisionForwarder(ctx, app)
@@ -159,7 +202,7 @@ func (g *Gate) Provision(ctx caddy.Context) error {
 }
 
 func (g *Gate) setDefaults() {
-	if g.Election == "" {
+	if g.Election == "" && g.ShardSet == "" {
 		g.Election = DefaultElection
 	}
 	if g.Follower == "" {
@@ -184,7 +227,10 @@ func (g *Gate) setDefaults() {
 
 // check names the first bad field.
 func (g *Gate) check() error {
-	if err := checkElectionName(g.Election); err != nil {
+	if err := g.checkShard(); err != nil {
+		return fmt.Errorf("leader_gate: %v", err)
+	}
+	if err := checkElectionName(g.Election); g.ShardSet == "" && err != nil {
 		return fmt.Errorf("leader_gate: election: %v", err)
 	}
 	if err := checkFollower(g.Follower, g.StatusCode); err != nil {
@@ -223,17 +269,59 @@ func checkFollower(follower string, status int) error {
 	return nil
 }
 
+// checkShard checks the shard options: a set and its key come together, without an
+// election.
+func (g *Gate) checkShard() error {
+	switch {
+	case g.ShardSet == "" && g.ShardKey == "":
+		return nil
+	case g.ShardSet == "":
+		return errors.New("shard_key: needs shard_set")
+	case g.ShardKey == "":
+		return fmt.Errorf("shard_set: %q needs shard_key, the request's key", g.ShardSet)
+	case g.Election != "":
+		return fmt.Errorf("election: a gate admits for one election or one shard set, not both (%q and set %q)", g.Election, g.ShardSet)
+	}
+	if err := checkShardSetName(g.ShardSet); err != nil {
+		return fmt.Errorf("shard_set: %v", err)
+	}
+	if _, err := parseShardKey(g.ShardKey); err != nil {
+		return fmt.Errorf("shard_key: %v", err)
+	}
+	return nil
+}
+
 // bind connects the checked gate to its election and prepares what requests reuse.
 func (g *Gate) bind(e *elector.Election) {
-	g.election = e
-	g.placeholders = new(placeholderCache)
-	g.counts = newGateCounters(g.Election)
+	g.route = newGateRoute(g.Election, e, "")
+	g.prepare(g.Election)
+}
+
+// bindShards connects the checked gate to every shard of set.
+func (g *Gate) bindShards(set *shardSet) {
+	g.routes = make([]*gateRoute, len(set.elections))
+	for s, e := range set.elections {
+		g.routes[s] = newGateRoute(e.Name(), e, strconv.Itoa(s))
+	}
+	g.key, _ = parseShardKey(g.ShardKey) // checked
+	g.prepare(set.name)
+}
+
+// prepare sets up what every request reuses; label names the gate's election or set in
+// its metrics.
+func (g *Gate) prepare(label string) {
+	g.counts = newGateCounters(label)
 	g.hold = time.Duration(*g.Hold)
 	secs := (time.Duration(g.RetryAfter) + time.Second - 1) / time.Second
 	g.retryAfter = strconv.FormatInt(int64(secs), 10)
-	g.errNotLeader = fmt.Errorf("this instance does not lead election %q", g.Election)
-	g.errNoLeader = fmt.Errorf("no leader of election %q is known", g.Election)
-	g.errForwarded = fmt.Errorf("a request forwarded as to the leader of election %q reached an instance that does not lead it", g.Election)
+}
+
+// routeOf is the route of request r: the gate's election, or its key's shard.
+func (g *Gate) routeOf(r *http.Request, repl *caddy.Replacer) *gateRoute {
+	if g.routes == nil {
+		return g.route
+	}
+	return g.routes[g.key.shard(r, repl, len(g.routes))]
 }
 
 // provisionForwarder sets up the reverse proxy that `forward` hands requests to.
@@ -242,9 +330,19 @@ func (g *Gate) provisionForwarder(ctx caddy.Context, app *App) error {
 	if transport == nil && strings.HasPrefix(app.Advertise, "https://") {
 		transport = json.RawMessage(`{"protocol":"http","tls":{}}`)
 	}
+	var upstreams reverseproxy.UpstreamSource
+	for _, rt := range append(g.routes, g.route) {
+		if rt != nil {
+			rt.upstreams = newLeaderUpstreams(rt.name, rt.election, app.InstanceID, g.selfDial)
+			upstreams = rt.upstreams
+		}
+	}
+	if g.routes != nil {
+		upstreams = routedUpstreams{}
+	}
 	rp := &reverseproxy.Handler{
 		TransportRaw:     transport,
-		DynamicUpstreams: newLeaderUpstreams(g.Election, g.election, app.InstanceID, g.selfDial),
+		DynamicUpstreams: upstreams,
 		LoadBalancing: &reverseproxy.LoadBalancing{
 			// Short tries: Caddy retries failed connections (and GETs) and asks for the
 			// leader anew each time; between such rounds the gate's own hold loop looks
@@ -277,28 +375,29 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	// sees a mark. But a request that came with a mark, genuine or not, is never
 	// forwarded again nor held here: one hop is the most a request travels, whatever the
 	// instances make of each other's marks (see ForwardedByHeader).
-	token, forwarded, hopped := g.takeMark(r)
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	rt := g.routeOf(r, repl)
+	token, forwarded, hopped := g.takeMark(r, rt)
 	var t *elector.Term
 	var at time.Time
 	var admitted bool
 	if forwarded {
-		t, at, admitted = g.election.EnterForwardedAt(token)
+		t, at, admitted = rt.election.EnterForwardedAt(token)
 	} else {
-		t, at, admitted = g.election.EnterAt()
+		t, at, admitted = rt.election.EnterAt()
 	}
 	if !admitted && !hopped && g.hold > 0 && !g.settled(t) {
 		start := time.Now()
-		t, at, admitted = g.holdForLeader(r.Context())
+		t, at, admitted = g.holdForLeader(r.Context(), rt)
 		g.counts.held.Observe(time.Since(start).Seconds())
 	}
-	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if admitted && g.AdmissionTimes {
 		setAdmission(repl, t, at) // before the term's provider, which answers them empty
 	}
-	g.placeholders.set(repl, t, admitted)
+	rt.placeholders.set(repl, t, admitted)
 	if admitted {
 		g.counts.served.Inc()
-		return g.serveAdmitted(w, r, next, t)
+		return g.serveAdmitted(w, r, next, rt, t)
 	}
 	if hopped {
 		// The forwarding peer holds the request and may send it to the new leader; it
@@ -306,16 +405,16 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		if t.Reason == elector.ReasonPreviousProcess || t.LeaderKnown() && !t.Holds() {
 			w.Header().Set(NotLeaderHeader, notLeaderElsewhere)
 		} else {
-			w.Header().Set(NotLeaderHeader, g.Election)
+			w.Header().Set(NotLeaderHeader, rt.name)
 		}
-		return g.reject(w, http.StatusServiceUnavailable, g.errForwarded)
+		return g.reject(w, http.StatusServiceUnavailable, rt.errForwarded)
 	}
 	leaderElsewhere := !t.Holds() && g.settled(t) && t.Leader.URL != ""
 	switch {
 	case g.Follower == FollowerReject:
-		return g.reject(w, g.StatusCode, g.errNotLeader)
+		return g.reject(w, g.StatusCode, rt.errNotLeader)
 	case !leaderElsewhere:
-		return g.reject(w, http.StatusServiceUnavailable, g.errNoLeader)
+		return g.reject(w, http.StatusServiceUnavailable, rt.errNoLeader)
 	case g.Follower == FollowerRedirect:
 		g.counts.redirected.Inc()
 		w.Header().Set("Location", strings.TrimSuffix(t.Leader.URL, "/")+originalURI(r))
@@ -323,31 +422,31 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		return nil
 	default:
 		g.counts.forwarded.Inc()
-		return g.forward(w, r, next)
+		return g.forward(w, r, next, rt)
 	}
 }
 
-// serveAdmitted runs a request admitted under term t.
-func (g *Gate) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, t *elector.Term) error {
+// serveAdmitted runs a request admitted under term t of rt's election.
+func (g *Gate) serveAdmitted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, rt *gateRoute, t *elector.Term) error {
 	if upgrading(r) {
-		return g.serveUpgrade(w, r, next, t)
+		return g.serveUpgrade(w, r, next, rt.election, t)
 	}
 	if g.CancelOnLoss {
-		return g.serveCancellable(w, r, next, t)
+		return g.serveCancellable(w, r, next, rt.election, t)
 	}
-	return g.serve(w, r, next)
+	return g.serve(w, r, next, rt.election)
 }
 
 // serve runs an admitted request and ends its count. (A function of its own, so that its
 // one defer is open-coded: this is the path every gated request on the leader takes.)
-func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	defer g.election.Exit()
+func (g *Gate) serve(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, e *elector.Election) error {
+	defer e.Exit()
 	return next.ServeHTTP(w, r)
 }
 
 // serveCancellable is serve with the request's context cancelled when term t ends.
-func (g *Gate) serveCancellable(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, t *elector.Term) error {
-	defer g.election.Exit()
+func (g *Gate) serveCancellable(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, e *elector.Election, t *elector.Term) error {
+	defer e.Exit()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(t.Context(), cancel)()
@@ -356,11 +455,11 @@ func (g *Gate) serveCancellable(w http.ResponseWriter, r *http.Request, next cad
 
 // holdForLeader waits (up to Hold, or until the client leaves) for a settled term, then
 // tries to enter again: this instance may be the new leader.
-func (g *Gate) holdForLeader(ctx context.Context) (*elector.Term, time.Time, bool) {
+func (g *Gate) holdForLeader(ctx context.Context, rt *gateRoute) (*elector.Term, time.Time, bool) {
 	ctx, cancel := context.WithTimeout(ctx, g.hold)
 	defer cancel()
-	g.waitSettled(ctx)
-	return g.election.EnterAt()
+	g.waitSettled(ctx, rt.election)
+	return rt.election.EnterAt()
 }
 
 // settled is Term.Settled, except that a leader record of this very instance which this
@@ -372,16 +471,16 @@ func (g *Gate) settled(t *elector.Term) bool {
 
 // waitSettled is Election.WaitSettled with settled's view of a term: it returns the first
 // term that settles, or the newest one and false once ctx ends.
-func (g *Gate) waitSettled(ctx context.Context) (*elector.Term, bool) {
+func (g *Gate) waitSettled(ctx context.Context, e *elector.Election) (*elector.Term, bool) {
 	for {
-		changed := g.election.Changed()
-		t := g.election.Term()
+		changed := e.Changed()
+		t := e.Term()
 		if g.settled(t) {
 			return t, true
 		}
 		select {
 		case <-ctx.Done():
-			return g.election.Term(), false
+			return e.Term(), false
 		case <-changed:
 		}
 	}

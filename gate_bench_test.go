@@ -170,6 +170,28 @@ func BenchmarkGate(b *testing.B) {
 		stillLeading(b)
 	})
 
+	// Routing by key: the key read from the request (a path segment, a header), hashed, and
+	// its shard's election entered. Every shard here is the leading election, so every
+	// request is admitted whatever its shard.
+	owner := make([]*elector.Election, 4096)
+	for i := range owner {
+		owner[i] = leading
+	}
+	for _, tc := range []struct{ name, key, target string }{
+		{"leader_admit_shard_key_path", "{http.request.uri.path.1}", "/write/room-42"},
+		{"leader_admit_shard_key_query", "{http.request.uri.query.room}", "/write?room=room-42"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			g := newShardGate(b, Gate{ShardSet: "bench", ShardKey: tc.key}, owner...)
+			next := &countingNext{}
+			benchServe(b, tc.target, func(w http.ResponseWriter, r *http.Request) { _ = g.ServeHTTP(w, r, next) })
+			if next.n != b.N {
+				b.Fatalf("the gate admitted %d of %d requests", next.n, b.N)
+			}
+			stillLeading(b)
+		})
+	}
+
 	// Two cores admitting at once through one gate share its election's in-flight counter.
 	b.Run("leader_admit_parallel", func(b *testing.B) {
 		g := newGate(b, Gate{Election: "bench"}, leading)

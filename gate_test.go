@@ -437,7 +437,7 @@ func TestSetTermPlaceholdersOverridesEarlierValues(t *testing.T) {
 	_, repl := gatedRequest(http.MethodPost, "/")
 	// First seen on a follower (as a held request is), then served under a leader's term.
 	new(placeholderCache).set(repl, follower.election.Term(), false)
-	setTermPlaceholders(repl, leader.election.Term(), true)
+	setTermPlaceholders(repl, leader.election.Term(), "", true)
 	want := map[string]string{
 		phIsLeader: "true", phSelf: leader.id, phToken: fmt.Sprint(leader.election.Term().Token),
 	}

@@ -119,7 +119,7 @@ func requestTarget(r *http.Request) string {
 // MarkKey. A mark that does not verify gives forwarded false; the request is then
 // admitted as a plain one would be, but never forwarded again. Only requests that carry
 // the header pay for the check.
-func (g *Gate) takeMark(r *http.Request) (token int64, forwarded, hopped bool) {
+func (g *Gate) takeMark(r *http.Request, rt *gateRoute) (token int64, forwarded, hopped bool) {
 	vals := r.Header[forwardedByKey]
 	if len(vals) == 0 {
 		return 0, false, false
@@ -129,7 +129,7 @@ func (g *Gate) takeMark(r *http.Request) (token int64, forwarded, hopped bool) {
 		return 0, false, true
 	}
 	m := parseMark(vals[0])
-	key, ok := g.election.MarkKey(m.token)
+	key, ok := rt.election.MarkKey(m.token)
 	if !ok {
 		return 0, false, true
 	}

@@ -1,7 +1,9 @@
 package caddyleader
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -21,8 +23,19 @@ type Matcher struct {
 	// Election is the name of the election. Default: `default`.
 	Election string `json:"election,omitempty"`
 
+	// ShardSet names a shard set of the leader app: the matcher then matches where this
+	// instance owns the shard of the request's key (see ShardSet), and sets the
+	// placeholders of that shard. It needs ShardKey, and excludes Election. Default: none.
+	ShardSet string `json:"shard_set,omitempty"`
+
+	// ShardKey is the request's key in ShardSet, with placeholders, as leader_gate's
+	// shard_key. Default: none.
+	ShardKey string `json:"shard_key,omitempty"`
+
 	election     *elector.Election
 	placeholders *placeholderCache
+	routes       []*gateRoute // one per shard, with a shard set
+	key          shardKey
 }
 
 // CaddyModule returns the Caddy module information.
@@ -35,6 +48,9 @@ func (Matcher) CaddyModule() caddy.ModuleInfo {
 
 // Provision implements caddy.Provisioner.
 func (m *Matcher) Provision(ctx caddy.Context) error {
+	if m.ShardSet != "" || m.ShardKey != "" {
+		return m.provisionShards(ctx)
+	}
 	_, e, err := joinElection(ctx, "leader matcher", &m.Election)
 	if err != nil {
 		return err
@@ -44,11 +60,42 @@ func (m *Matcher) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// provisionShards sets up a matcher that tests a shard set.
+func (m *Matcher) provisionShards(ctx caddy.Context) error {
+	g := Gate{Election: m.Election, ShardSet: m.ShardSet, ShardKey: m.ShardKey}
+	if err := g.checkShard(); err != nil {
+		return fmt.Errorf("leader matcher: %v", err)
+	}
+	app, err := appFrom(ctx, "leader matcher")
+	if err != nil {
+		return err
+	}
+	set, err := app.shardSet(m.ShardSet)
+	if err != nil {
+		return fmt.Errorf("leader matcher: shard_set: %v", err)
+	}
+	m.key, _ = parseShardKey(m.ShardKey) // checked
+	m.routes = make([]*gateRoute, len(set.elections))
+	for s, e := range set.elections {
+		m.routes[s] = newGateRoute(e.Name(), e, strconv.Itoa(s))
+	}
+	return nil
+}
+
 // MatchWithError implements caddyhttp.RequestMatcherWithError.
 func (m *Matcher) MatchWithError(r *http.Request) (bool, error) {
-	t, leading := m.election.Check()
-	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-		m.placeholders.set(repl, t, leading)
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	e, placeholders := m.election, m.placeholders
+	if m.routes != nil {
+		if repl == nil {
+			repl = caddy.NewReplacer()
+		}
+		rt := m.routes[m.key.shard(r, repl, len(m.routes))]
+		e, placeholders = rt.election, rt.placeholders
+	}
+	t, leading := e.Check()
+	if repl != nil {
+		placeholders.set(repl, t, leading)
 	}
 	return leading, nil
 }

@@ -26,6 +26,7 @@ var metrics = struct {
 	requests     *prometheus.CounterVec
 	holdDuration *prometheus.HistogramVec
 	storeErrors  *prometheus.CounterVec
+	shardMoves   *prometheus.CounterVec
 	state        stateCollector
 }{
 	transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -47,11 +48,17 @@ var metrics = struct {
 		Namespace: "caddy", Subsystem: "leader", Name: "store_errors_total",
 		Help: "Failed requests to the election store by operation (grant, renew, campaign, release).",
 	}, []string{"op"}),
+	// A shard's election changes hands far more often than a plain one, and a set may have
+	// thousands: its moves are counted per set, never per shard.
+	shardMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "leader", Name: "shard_moves_total",
+		Help: "Shards of a set that this instance came to own (direction in) or stopped owning (direction out).",
+	}, []string{"set", "direction"}),
 }
 
 // metricCollectors are every collector the plugin exports.
 func metricCollectors() []prometheus.Collector {
-	return append([]prometheus.Collector{metrics.transitions, metrics.requests, metrics.holdDuration, metrics.storeErrors, metrics.state,
+	return append([]prometheus.Collector{metrics.transitions, metrics.requests, metrics.holdDuration, metrics.storeErrors, metrics.shardMoves, metrics.state,
 		failsafeRounds, failsafeCollector{}}, termconn.Collectors()...)
 }
 
@@ -100,6 +107,12 @@ var (
 		"Gated requests admitted by this instance that have not finished yet.", []string{"election"}, nil)
 	// A timestamp rather than an age, and exported from the start (0 = never), so that an
 	// alert on "no contact since start" needs no absent() and survives scrapes of a stuck process.
+	shardsDesc = prometheus.NewDesc("caddy_leader_shards",
+		"Shards in the set.", []string{"set"}, nil)
+	shardsOwnedDesc = prometheus.NewDesc("caddy_leader_shards_owned",
+		"Shards of the set this instance owns (leads) now.", []string{"set"}, nil)
+	shardsMovingDesc = prometheus.NewDesc("caddy_leader_shards_moving",
+		"Shards of the set this instance holds but does not admit for: handing over, or waiting for the previous owner to stop.", []string{"set"}, nil)
 	lastContactDesc = prometheus.NewDesc("caddy_leader_last_store_contact_timestamp_seconds",
 		"When the store last confirmed this instance's lease (Unix seconds); 0 if it never has.", nil, nil)
 )
@@ -111,6 +124,9 @@ func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- termTokenDesc
 	ch <- termStartDesc
 	ch <- inFlightDesc
+	ch <- shardsDesc
+	ch <- shardsOwnedDesc
+	ch <- shardsMovingDesc
 	ch <- lastContactDesc
 }
 
@@ -118,8 +134,18 @@ func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	var lastContact time.Time
+	sets := make(map[string]*shardSetState)
 	for name, e := range runningElections() {
 		t := e.Term()
+		if set, _, ok := shardOf(name); ok {
+			st := sets[set]
+			if st == nil {
+				st = new(shardSetState)
+				sets[set] = st
+			}
+			st.add(e, t, now)
+			continue
+		}
 		leading := 0.0
 		if t.Leading(now) {
 			leading = 1
@@ -133,7 +159,37 @@ func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 			lastContact = c
 		}
 	}
+	for set, st := range sets {
+		ch <- prometheus.MustNewConstMetric(shardsDesc, prometheus.GaugeValue, float64(st.shards), set)
+		ch <- prometheus.MustNewConstMetric(shardsOwnedDesc, prometheus.GaugeValue, float64(st.owned), set)
+		ch <- prometheus.MustNewConstMetric(shardsMovingDesc, prometheus.GaugeValue, float64(st.moving), set)
+		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(st.inFlight), set)
+		if c := st.lastContact; c.After(lastContact) {
+			lastContact = c
+		}
+	}
 	ch <- prometheus.MustNewConstMetric(lastContactDesc, prometheus.GaugeValue, unixSeconds(lastContact))
+}
+
+// shardSetState sums the state of one shard set's elections in this process.
+type shardSetState struct {
+	shards, owned, moving int
+	inFlight              int64
+	lastContact           time.Time
+}
+
+func (st *shardSetState) add(e *elector.Election, t *elector.Term, now time.Time) {
+	st.shards++
+	switch {
+	case t.Leading(now):
+		st.owned++
+	case t.Holds():
+		st.moving++
+	}
+	st.inFlight += e.InFlight()
+	if c := e.Candidate().LastContact(); c.After(st.lastContact) {
+		st.lastContact = c
+	}
 }
 
 // unixSeconds is t as Unix seconds, and 0 for the zero time ("never").
@@ -146,6 +202,15 @@ func unixSeconds(t time.Time) float64 {
 
 // countTransition counts a change of this instance's role between two terms.
 func countTransition(e *elector.Election, prev, next *elector.Term) {
+	if set, _, ok := shardOf(e.Name()); ok {
+		switch {
+		case !prev.Holds() && next.Holds():
+			metrics.shardMoves.WithLabelValues(set, "in").Inc()
+		case prev.Holds() && !next.Holds():
+			metrics.shardMoves.WithLabelValues(set, "out").Inc()
+		}
+		return
+	}
 	switch {
 	case !prev.Holds() && next.Holds():
 		metrics.transitions.WithLabelValues(e.Name(), "leader").Inc()

@@ -100,6 +100,12 @@ type App struct {
 	// non-empty and have no white space or slash. Default: none.
 	Elections []string `json:"elections,omitempty"`
 
+	// ShardSets are named sets of shards, each a fixed number of elections spread over
+	// the fleet so that every key has one owner (see ShardSet). `leader_gate` and the
+	// `leader` upstreams route a request to its key's shard with `shard <set> <key>`.
+	// Default: none.
+	ShardSets map[string]*ShardSet `json:"shard_sets,omitempty"`
+
 	// Priority ranks this instance among the candidates free to take a vacant election key
 	// (Patroni's failover_priority): the highest wins, because each waits a short step
 	// per live, healthy candidate of higher priority before it campaigns. 0 means this
@@ -132,6 +138,7 @@ type App struct {
 	ctx       caddy.Context
 	poolKey   string
 	elections map[string]*elector.Election
+	shardSets map[string]*shardSet
 	logger    *zap.Logger
 }
 
@@ -171,6 +178,7 @@ func (p pooledCandidate) Destruct() error {
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	a.elections = make(map[string]*elector.Election)
+	a.shardSets = make(map[string]*shardSet)
 	if err := a.expandAndDefault(); err != nil {
 		return err
 	}
@@ -225,7 +233,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	observer, err := newCandidateObserver(ctx, a.InstanceID)
+	shardCount := 0
+	for _, set := range a.ShardSets {
+		shardCount += set.Shards
+	}
+	observer, err := newCandidateObserver(ctx, a.InstanceID, shardCount)
 	if err != nil {
 		return fmt.Errorf("loading the events app: %v", err)
 	}
@@ -238,6 +250,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.candidate.SetPriority(a.electorPriority(), a.Preempt)
 	for _, name := range a.Elections {
 		a.election(name)
+	}
+	// Every configured set campaigns, used by a route or not: an instance stands by for
+	// its shards wherever the requests are routed.
+	for name := range a.ShardSets {
+		if _, err := a.shardSet(name); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -338,6 +357,14 @@ func (a *App) check() error {
 	}
 	if a.Priority != nil && *a.Priority < 0 {
 		return fmt.Errorf("priority: %d is negative (0 never campaigns)", *a.Priority)
+	}
+	for name, set := range a.ShardSets {
+		if set == nil {
+			return fmt.Errorf("shard_sets: %s: empty; it needs `shards`", name)
+		}
+		if err := set.check(name); err != nil {
+			return err
+		}
 	}
 	if a.Failsafe != nil {
 		if err := a.Failsafe.check(time.Duration(a.TTL)); err != nil {

@@ -17,6 +17,7 @@ const (
 	phID       = "http.leader.id"
 	phURL      = "http.leader.url"
 	phToken    = "http.leader.token"
+	phShard    = "http.leader.shard"
 	// Set only on a request the gate admitted (empty otherwise).
 	phAdmittedAt = "http.leader.admitted_at"
 	phDeadline   = "http.leader.deadline"
@@ -30,7 +31,9 @@ type termPlaceholders struct {
 	refused  caddy.ReplacerFunc // is_leader false
 }
 
-func newTermPlaceholders(t *elector.Term) *termPlaceholders {
+// shard is the number of the shard t's election is, for a gate that routes by key; "" for a
+// plain election.
+func newTermPlaceholders(t *elector.Term, shard string) *termPlaceholders {
 	var token any = ""
 	if t.Token != 0 {
 		token = t.Token
@@ -41,6 +44,7 @@ func newTermPlaceholders(t *elector.Term) *termPlaceholders {
 		phID:       t.Leader.ID,
 		phURL:      t.Leader.URL,
 		phToken:    token,
+		phShard:    shard,
 	}
 	provider := func(isLeader bool) caddy.ReplacerFunc {
 		return func(key string) (any, bool) {
@@ -57,9 +61,11 @@ func newTermPlaceholders(t *elector.Term) *termPlaceholders {
 	return &termPlaceholders{term: t, admitted: provider(true), refused: provider(false)}
 }
 
-// placeholderCache remembers the providers of the newest Term one gate or matcher has seen.
+// placeholderCache remembers the providers of the newest Term one gate or matcher has seen
+// in one election.
 type placeholderCache struct {
-	last atomic.Pointer[termPlaceholders]
+	last  atomic.Pointer[termPlaceholders]
+	shard string // the election's shard number, if it is a shard's
 }
 
 // set makes the leader placeholders of request repl answer for Term t and decision admitted.
@@ -69,7 +75,7 @@ type placeholderCache struct {
 func (c *placeholderCache) set(repl *caddy.Replacer, t *elector.Term, admitted bool) {
 	p := c.last.Load()
 	if p == nil || p.term != t {
-		p = newTermPlaceholders(t)
+		p = newTermPlaceholders(t, c.shard)
 		c.last.Store(p)
 	}
 	if admitted {
@@ -103,13 +109,13 @@ func setAdmission(repl *caddy.Replacer, t *elector.Term, now time.Time) {
 // taking precedence over any set earlier in the request (Caddy's replacer asks its
 // static values before providers added with Map). For the rare request whose term changes
 // while it is held: its token must be the term it is served under.
-func setTermPlaceholders(repl *caddy.Replacer, t *elector.Term, admitted bool) {
-	p := newTermPlaceholders(t)
+func setTermPlaceholders(repl *caddy.Replacer, t *elector.Term, shard string, admitted bool) {
+	p := newTermPlaceholders(t, shard)
 	provider := p.refused
 	if admitted {
 		provider = p.admitted
 	}
-	for _, key := range []string{phElection, phIsLeader, phSelf, phID, phURL, phToken} {
+	for _, key := range []string{phElection, phIsLeader, phSelf, phID, phURL, phToken, phShard} {
 		v, _ := provider(key)
 		repl.Set(key, v)
 	}

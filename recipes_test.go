@@ -83,6 +83,35 @@ func TestRecipesInDocs(t *testing.T) {
 	}
 }
 
+// TestShardRecipesInDocs keeps docs/shards.md honest: it shows every shards_*.caddyfiletest
+// verbatim, and every Caddyfile it shows is one of them.
+func TestShardRecipesInDocs(t *testing.T) {
+	const doc = "docs/shards.md"
+	data, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(data), "\r\n", "\n")
+	paths, err := filepath.Glob(filepath.Join(goldenAdaptDir, "shards_*.caddyfiletest"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no shards_*.caddyfiletest in %s (%v)", goldenAdaptDir, err)
+	}
+	shown := map[string]bool{}
+	for _, p := range paths {
+		cf, _ := readGolden(t, p)
+		shown[cf] = true
+		if !strings.Contains(text, "```caddyfile\n"+cf+"```\n") {
+			t.Errorf("%s does not show the Caddyfile of %s: copy it into a ```caddyfile block", doc, p)
+		}
+	}
+	for _, m := range caddyfileBlock.FindAllStringSubmatch(text, -1) {
+		if !shown[m[1]] {
+			first, _, _ := strings.Cut(m[1], "\n")
+			t.Errorf("%s shows a Caddyfile that is no shards_*.caddyfiletest (it starts %q): add it as one", doc, first)
+		}
+	}
+}
+
 // TestReadmeExample keeps the README's first Caddyfile a tested one: recipe_fleet.
 func TestReadmeExample(t *testing.T) {
 	data, err := os.ReadFile("README.md")
@@ -110,6 +139,13 @@ func TestRecipesLoad(t *testing.T) {
 	files := map[string]string{"demo": "demo/Caddyfile"}
 	for name, path := range recipeGoldens(t) {
 		files["recipe_"+name] = path
+	}
+	shardRecipes, err := filepath.Glob(filepath.Join(goldenAdaptDir, "shards_*.caddyfiletest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range shardRecipes {
+		files[strings.TrimSuffix(filepath.Base(path), ".caddyfiletest")] = path
 	}
 	for name, path := range files {
 		t.Run(name, func(t *testing.T) {

@@ -26,9 +26,9 @@ func upgrading(r *http.Request) bool {
 }
 
 // serveUpgrade is serve for a request that may hijack its connection under term t.
-func (g *Gate) serveUpgrade(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, t *elector.Term) error {
-	defer g.election.Exit()
-	tw := &trackedWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, guard: termconn.For(g.election), term: t}
+func (g *Gate) serveUpgrade(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, e *elector.Election, t *elector.Term) error {
+	defer e.Exit()
+	tw := &trackedWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, guard: termconn.For(e), term: t}
 	defer tw.done()
 	return next.ServeHTTP(tw, r)
 }

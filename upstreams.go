@@ -37,6 +37,18 @@ type LeaderUpstreams struct {
 	// Default: `default`.
 	Election string `json:"election,omitempty"`
 
+	// ShardSet names a shard set of the leader app: each request then goes to the owner
+	// of its key's shard (see ShardSet), so that Caddy as the fleet's load balancer sends
+	// every key straight to the instance that owns it. It needs ShardKey, and excludes
+	// Election. Default: none.
+	ShardSet string `json:"shard_set,omitempty"`
+
+	// ShardKey is the request's key in ShardSet, with placeholders, as leader_gate's
+	// shard_key. Default: none.
+	ShardKey string `json:"shard_key,omitempty"`
+
+	shards   []*LeaderUpstreams // one per shard, with a shard set
+	key      shardKey
 	election *elector.Election
 	self     string
 	selfDial string // host:port of this instance's advertise URL
@@ -67,6 +79,9 @@ func (u *LeaderUpstreams) Provision(ctx caddy.Context) error {
 	if u.election != nil {
 		return nil // set up by the gate that embeds it
 	}
+	if u.ShardSet != "" || u.ShardKey != "" {
+		return u.provisionShards(ctx)
+	}
 	app, e, err := joinElection(ctx, "leader upstreams", &u.Election)
 	if err != nil {
 		return err
@@ -82,6 +97,35 @@ func (u *LeaderUpstreams) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// provisionShards sets up a source that follows a shard set.
+func (u *LeaderUpstreams) provisionShards(ctx caddy.Context) error {
+	g := Gate{Election: u.Election, ShardSet: u.ShardSet, ShardKey: u.ShardKey}
+	if err := g.checkShard(); err != nil {
+		return fmt.Errorf("leader upstreams: %v", err)
+	}
+	app, err := appFrom(ctx, "leader upstreams")
+	if err != nil {
+		return err
+	}
+	if app.Advertise == "" {
+		return errors.New("leader upstreams: proxying to a shard's owner needs the leader app's advertise URL: set `advertise` in the global leader option")
+	}
+	set, err := app.shardSet(u.ShardSet)
+	if err != nil {
+		return fmt.Errorf("leader upstreams: shard_set: %v", err)
+	}
+	selfDial, err := leaderDial(app.Advertise)
+	if err != nil {
+		return fmt.Errorf("leader upstreams: advertise: %v", err)
+	}
+	u.key, _ = parseShardKey(u.ShardKey) // checked
+	u.shards = make([]*LeaderUpstreams, len(set.elections))
+	for s, e := range set.elections {
+		u.shards[s] = newLeaderUpstreams(e.Name(), e, app.InstanceID, selfDial)
+	}
+	return nil
+}
+
 // errAlreadyForwarded refuses a second hop.
 var errAlreadyForwarded = errors.New("leader upstreams: the request was already forwarded by an instance; not forwarding it again")
 
@@ -92,6 +136,13 @@ const markVar = "leader_upstreams_mark"
 
 // GetUpstreams implements reverseproxy.UpstreamSource.
 func (u *LeaderUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
+	if u.shards != nil {
+		repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+		if repl == nil {
+			repl = caddy.NewReplacer()
+		}
+		return u.shards[u.key.shard(r, repl, len(u.shards))].GetUpstreams(r)
+	}
 	if v := r.Header.Get(ForwardedByHeader); v != "" && v != caddyhttp.GetVar(r.Context(), markVar) {
 		return nil, errAlreadyForwarded
 	}
@@ -122,8 +173,26 @@ func (u *LeaderUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstrea
 	return []*reverseproxy.Upstream{{Dial: d.dial}}, nil
 }
 
+// routeVar is the request variable in which a gate that routes by key keeps the route of
+// the request it forwards, for routedUpstreams.
+const routeVar = "leader_gate_route"
+
+// routedUpstreams is the upstream source of a gate that routes by key: the leader of the
+// request's shard, as the gate chose it.
+type routedUpstreams struct{}
+
+// GetUpstreams implements reverseproxy.UpstreamSource.
+func (routedUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
+	rt, ok := caddyhttp.GetVar(r.Context(), routeVar).(*gateRoute)
+	if !ok {
+		return nil, errors.New("leader_gate: a forwarded request lost its shard")
+	}
+	return rt.upstreams.GetUpstreams(r)
+}
+
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*LeaderUpstreams)(nil)
 	_ reverseproxy.UpstreamSource = (*LeaderUpstreams)(nil)
+	_ reverseproxy.UpstreamSource = routedUpstreams{}
 )

@@ -77,14 +77,20 @@ func startPGSafetyEnv(t *testing.T, server *pgtest.Server, mode string) *safetyE
 // leader.
 func startPGEnv(t *testing.T, server *pgtest.Server, name, mode string, extra map[string]any, change ...func(*Config)) *safetyEnv {
 	t.Helper()
+	return startPGEnvN(t, server, pgSafetyInstances, name, mode, extra, change...)
+}
+
+// startPGEnvN is startPGEnv with a fleet of n.
+func startPGEnvN(t *testing.T, server *pgtest.Server, n int, name, mode string, extra map[string]any, change ...func(*Config)) *safetyEnv {
+	t.Helper()
 	env := safety.NewEnv[*etcdProcs](t, caddyBin, nil, Config{Follower: mode})
 	for _, c := range change {
 		c(&env.Cfg)
 	}
-	env.LinkEach(pgSafetyInstances, server.Addr(), func(id, addr string) map[string]any {
+	env.LinkEach(n, server.Addr(), func(id, addr string) map[string]any {
 		return pgStoreConfig(server, addr, name, id, extra)
 	})
-	env.Launch(t, pgSafetyInstances)
+	env.Launch(t, n)
 	return env
 }
 

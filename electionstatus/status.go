@@ -15,6 +15,13 @@ func Of(ctx context.Context, e *elector.Election, now time.Time) Election {
 	return withCandidates(ctx, statusOf(e, now), e)
 }
 
+// Local is election e as Of reports it, without the store's registry of candidates: this
+// instance's own view, which asks the store nothing and so answers at once even when the
+// store does not.
+func Local(e *elector.Election, now time.Time) Election {
+	return statusOf(e, now)
+}
+
 // Election is one election as GET /leader/ reports it.
 type Election struct {
 	// Election is the election's name.

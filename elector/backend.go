@@ -50,6 +50,10 @@ type Observation struct {
 	// consume the acknowledgement as Released does): the new holder may admit at once, one
 	// round trip after the release it follows.
 	PrevReleased bool
+	// PrevWhy is, with PrevReleased, why the holder of term Prev said it stopped: the why
+	// of its Acknowledge or Release (see Released). Empty when it gave none (an instance
+	// of an older release acknowledged).
+	PrevWhy string
 	// Err is set (and nothing else) when a watch broke; the watcher must read the key again.
 	Err error
 }
@@ -112,18 +116,21 @@ type Backend interface {
 	// creates the key. Watchers see the new value as a change.
 	Update(ctx context.Context, election string, token int64, value []byte) (bool, error)
 	// Acknowledge records that the holder of term token (under lease) has stopped acting
-	// as leader, so that its successor may start (see Released). The acknowledgement must
-	// outlive lease: a holder that lets go revokes its lease right after (every shutdown
-	// does), and an operator may revoke it. It disappears by itself after about the lease's
-	// TTL, or when Released reads it.
-	Acknowledge(ctx context.Context, election string, token int64, lease LeaseID) error
+	// as leader, and why (a short word the elector chooses, opaque to the store), so that
+	// its successor may start (see Released). The acknowledgement must outlive lease: a
+	// holder that lets go revokes its lease right after (every shutdown does), and an
+	// operator may revoke it. It disappears by itself after about the lease's TTL, or when
+	// Released reads it.
+	Acknowledge(ctx context.Context, election string, token int64, lease LeaseID, why string) error
 	// Released reports whether the holder of term token (under lease) is known to have
-	// stopped acting as leader: it acknowledged so (the acknowledgement is then consumed),
-	// or, when lease is not 0, its lease no longer exists. A lease that still exists,
-	// however little of its TTL is left, does not count as gone: its holder may renew it
-	// and go on acting. With lease 0 only the acknowledgement counts, which is how the
-	// elector asks: a revoked lease is gone while its holder may still act.
-	Released(ctx context.Context, election string, token int64, lease LeaseID) (bool, error)
+	// stopped acting as leader: it acknowledged so (the acknowledgement is then consumed,
+	// and its why returned; empty if an acknowledgement written by an older release gave
+	// none), or, when lease is not 0, its lease no longer exists (why is then empty). A
+	// lease that still exists, however little of its TTL is left, does not count as gone:
+	// its holder may renew it and go on acting. With lease 0 only the acknowledgement
+	// counts, which is how the elector asks: a revoked lease is gone while its holder may
+	// still act.
+	Released(ctx context.Context, election string, token int64, lease LeaseID) (released bool, why string, err error)
 	// Expire deletes the election's key if its token is still token and nothing has
 	// written it after revision rev (the Revision of the observation in which the caller
 	// saw it last); it reports whether it did. A follower calls it once the holder's
@@ -132,12 +139,13 @@ type Backend interface {
 	// that the lease expired. It writes no acknowledgement.
 	Expire(ctx context.Context, election string, token, rev int64) (bool, error)
 	// Release deletes the election's key if its token is still token, and acknowledges
-	// the end of that term (as Acknowledge) in the same transaction, so that a deposed
-	// leader can never delete its successor's key. It acknowledges even when the key is
-	// gone already (an operator deleted it, or a first try whose answer was lost did): the
-	// elector calls it only once the term has stopped admitting and its own predecessor is
-	// known to have stopped, and the successor must not wait out a TTL for a clean end.
-	Release(ctx context.Context, election string, token int64, lease LeaseID) error
+	// the end of that term, for why (as Acknowledge), in the same transaction, so that a
+	// deposed leader can never delete its successor's key. It acknowledges even when the
+	// key is gone already (an operator deleted it, or a first try whose answer was lost
+	// did): the elector calls it only once the term has stopped admitting and its own
+	// predecessor is known to have stopped, and the successor must not wait out a TTL for
+	// a clean end.
+	Release(ctx context.Context, election string, token int64, lease LeaseID, why string) error
 	// Announce records that candidate id stands in the election, for as long as lease
 	// lives, so that a transfer can tell a live candidate from a typo and an operator can
 	// see the whole fleet. value is opaque to the store (the elector encodes it); announcing

@@ -182,6 +182,7 @@ func (e *Election) loseLease(l *lease) {
 	defer e.mu.Unlock()
 	if t := e.term.Load(); t.lease == l {
 		e.publishLocked(Record{}, 0, nil, "lease lost")
+		e.acknowledgeEnd(t, EndedDeadlineMissed) // if the store takes it, the successor need not wait
 	}
 }
 

@@ -299,8 +299,8 @@ func (c *Candidate) waitAppends(d time.Duration) {
 // follows, retrying until it succeeds, the lease it is bound to is given up (the key then
 // goes with it) or the candidate closes (which revokes that lease). If the term's proof
 // (pred, when not nil) is not complete yet, it waits for that first: the release
-// acknowledges.
-func (c *Candidate) retryRelease(election string, token int64, l *lease, pred *proof) {
+// acknowledges, for why (an Ended* value).
+func (c *Candidate) retryRelease(election string, token int64, l *lease, pred *proof, why string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -322,7 +322,7 @@ func (c *Candidate) retryRelease(election string, token int64, l *lease, pred *p
 			default:
 			}
 			rctx, cancel := context.WithTimeout(c.ctx, c.requestTimeout)
-			err := c.cfg.Backend.Release(rctx, election, token, l.id)
+			err := c.cfg.Backend.Release(rctx, election, token, l.id, why)
 			cancel()
 			if err == nil || errors.Is(err, ErrLeaseNotFound) {
 				c.log().Info("released the key of an election no longer configured",

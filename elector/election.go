@@ -69,6 +69,10 @@ type Election struct {
 	// instance's that ended, for the history (see history.go).
 	other, ownPast lastOther
 	namedPrev      named
+	// heard is the latest acknowledgement of a term's end that this instance read, and
+	// ending why this instance let go of its own latest term that it let go of or saw
+	// end (what its release or acknowledgement says).
+	heard, ending endOfTerm
 
 	// announced is the lease under which this candidate last announced itself, and
 	// announcedValue what it announced (campaign loop only).
@@ -83,6 +87,9 @@ type Election struct {
 	ttlMismatch sync.Map
 	// registry is the view of the election's candidates (see registry.go).
 	registry registryView
+	// placement is the election's own ranking of the candidates, if it has one
+	// (placement.go).
+	placement atomic.Pointer[placement]
 
 	users     int // guarded by c.mu
 	startOnce sync.Once

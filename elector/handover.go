@@ -41,6 +41,9 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	// hold-off of zero) is a new term, and admits.
 	t := e.term.Load()
 	if t.lease != nil {
+		if e.ending.token != t.Token { // a retry of a failed release keeps the first why
+			e.ending = endOfTerm{token: t.Token, why: e.handOverWhyLocked(holdOff)}
+		}
 		e.handing = t.Token
 		e.publishLocked(t.Leader, t.Token, t.lease, "handing over")
 	}
@@ -101,18 +104,19 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 		stopAfter()
 		cancelWait()
 		if !proven {
-			e.c.retryRelease(e.name, t.Token, t.lease, t.proof)
+			e.c.retryRelease(e.name, t.Token, t.lease, t.proof, e.endingOf(t.Token))
 			return fmt.Errorf("%w: %w", ErrUnproven, ctx.Err())
 		}
 	}
+	why := e.endingOf(t.Token)
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
-	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token, t.lease.id)
+	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token, t.lease.id, why)
 	cancel()
 	if err != nil {
 		e.c.storeFailed("release", err)
 		// Keep trying in the background: a key left held keeps the fleet leaderless
 		// for as long as the lease lives, which would be the whole hold-off.
-		e.c.retryRelease(e.name, t.Token, t.lease, nil)
+		e.c.retryRelease(e.name, t.Token, t.lease, nil, why)
 		return err
 	}
 	e.mu.Lock()
@@ -130,6 +134,36 @@ func (e *Election) resignedReasonLocked() string {
 		return e.resignReason
 	}
 	return "resigned"
+}
+
+// handOverWhyLocked is why a handover with holdOff lets go of the key, as its release
+// says: a transfer, an instance leaving (a shutdown, or an election a reload dropped,
+// which hand over for good), or else a resign. e.mu is held.
+func (e *Election) handOverWhyLocked(holdOff time.Duration) string {
+	switch {
+	case e.resignReason == "transferred":
+		return EndedTransferred
+	case e.c.exiting.Load() || holdOff >= forever:
+		return EndedHandedOver
+	default:
+		return EndedResigned
+	}
+}
+
+// endingOf is why this instance let go of its term token, as its release says: an
+// instance that cannot tell (a term released again after the release was lost) says it
+// handed over.
+func (e *Election) endingOf(token int64) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.endingOfLocked(token)
+}
+
+func (e *Election) endingOfLocked(token int64) string {
+	if e.ending.token == token {
+		return e.ending.why
+	}
+	return EndedHandedOver
 }
 
 // drain waits until no admitted request is in flight, or DrainTimeout or ctx ends.
@@ -172,15 +206,16 @@ func (e *Election) stop() {
 		}
 		e.publishAlone("election no longer configured")
 		if err != nil && held.lease != nil {
-			e.c.retryRelease(e.name, held.Token, held.lease, held.proof)
+			e.c.retryRelease(e.name, held.Token, held.lease, held.proof, e.endingOf(held.Token))
 		}
 	})
 }
 
 // acknowledgeEnd records, once this instance's admitted requests of the ended term are
-// done, that it stopped acting as leader of that term, so that a successor that is
-// waiting (see settle) may start.
-func (e *Election) acknowledgeEnd(ended *Term) {
+// done, that it stopped acting as leader of that term, and why (an Ended* value), so that
+// a successor that is waiting (see settle) may start. e.mu is held.
+func (e *Election) acknowledgeEnd(ended *Term, why string) {
+	e.ending = endOfTerm{token: ended.Token, why: why}
 	go func() {
 		// An acknowledgement vouches that nobody admits: a term that never settled
 		// completes its proof first (see proof), however long that takes.
@@ -193,13 +228,23 @@ func (e *Election) acknowledgeEnd(ended *Term) {
 		retry := newBackoff(50*time.Millisecond, time.Second)
 		for {
 			rctx, rcancel := context.WithTimeout(ctx, e.c.requestTimeout)
-			err := e.c.cfg.Backend.Acknowledge(rctx, e.name, ended.Token, ended.lease.id)
+			err := e.c.cfg.Backend.Acknowledge(rctx, e.name, ended.Token, ended.lease.id, why)
 			rcancel()
 			if err == nil || !retry.wait(ctx) {
 				return
 			}
 		}
 	}()
+}
+
+// endedUnasked is why term t of this instance, which it did not let go of itself, ended
+// when it saw that at now: its key was deleted (or its lease revoked) while both of its
+// deadlines were still ahead, or else it had missed its deadline.
+func endedUnasked(t *Term, now time.Time) string {
+	if t.lease.valid(now) && t.beat.valid(now) {
+		return EndedKeyDeleted
+	}
+	return EndedDeadlineMissed
 }
 
 // releaseAgainLocked deletes, in the background, the key of term token that this instance
@@ -210,6 +255,7 @@ func (e *Election) releaseAgainLocked(token int64, l *lease) {
 		return
 	}
 	e.releasingAgain = token
+	why := e.endingOfLocked(token)
 	go func() {
 		defer func() {
 			e.mu.Lock()
@@ -220,9 +266,9 @@ func (e *Election) releaseAgainLocked(token int64, l *lease) {
 		}()
 		rctx, cancel := context.WithTimeout(e.c.ctx, e.c.requestTimeout)
 		defer cancel()
-		if err := e.c.cfg.Backend.Release(rctx, e.name, token, l.id); err != nil {
+		if err := e.c.cfg.Backend.Release(rctx, e.name, token, l.id, why); err != nil {
 			e.c.storeFailed("release", err)
-			e.c.retryRelease(e.name, token, l, nil)
+			e.c.retryRelease(e.name, token, l, nil, why)
 		}
 	}()
 }

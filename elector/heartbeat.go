@@ -84,6 +84,7 @@ func (e *Election) heartbeatLost(t *Term) bool {
 		return cur.lease != t.lease || cur.Token != t.Token
 	}
 	e.publishLocked(Record{}, 0, nil, ReasonHeartbeatLost)
+	e.acknowledgeEnd(t, EndedDeadlineMissed) // if the store takes it, the successor need not wait
 	e.mu.Unlock()
 	e.c.log().Warn("term over: no heartbeat reached the store before the heartbeat deadline; giving up the lease so that another instance can lead",
 		zap.String("election", e.name), zap.Int64("token", t.Token))

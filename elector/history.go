@@ -10,21 +10,47 @@ import (
 
 // The history of an election's terms is kept in the store, so that every instance shows the
 // same one and it survives restarts. The successor writes it: once its own term settles it
-// knows how the previous one ended (the previous holder confirmed it stopped, or its
-// deadline passed), which the previous holder itself, crashed or cut off, may never learn.
-// A term that ended with nobody else to take over is recorded by its own holder when it
-// wins again. A term whose successor dies before it settles goes unrecorded.
+// knows how the previous one ended (the previous holder said why it stopped, or its
+// deadline passed without a word), which the previous holder itself, crashed or cut off,
+// may never learn. A term that ended with nobody else to take over is recorded by its own
+// holder when it wins again. A term whose successor dies before it settles goes unrecorded.
 
 // HistoryKept is how many ended terms an election's history keeps.
 const HistoryKept = 100
 
-// Why a term ended, as its successor saw it.
+// How a term ended (PastTerm.Ended). All but EndedCrashed are the holder's own word: the
+// why of the acknowledgement it writes when it stops (Backend.Acknowledge and Release),
+// which its successor reads before it admits (Backend.Released, Observation.PrevWhy).
+// EndedCrashed is the successor's conclusion when no acknowledgement came.
 const (
-	// EndedHandedOver: the holder confirmed it had stopped (a resign, a transfer, a
-	// shutdown, or it saw its key deleted) before its successor began.
+	// EndedHandedOver: the holder let go because it was leaving: a shutdown (SIGTERM,
+	// caddy stop) or a config reload that dropped the election. Also an acknowledgement
+	// that gave no reason, written by an instance of an older release.
 	EndedHandedOver = "handed over"
-	// EndedDeadlinePassed: the successor began once the holder's heartbeat deadline had
-	// passed without a word from it (it crashed, hung, or was cut off from the store).
+	// EndedResigned: the holder resigned: an operator asked (the admin API, `caddy leader
+	// resign`, the status page), or its leader_health step-down did.
+	EndedResigned = "resigned"
+	// EndedTransferred: the holder handed over to an instance named for it: a transfer
+	// (the admin API, `caddy leader transfer`, the status page), or a candidate of higher
+	// priority that preempts.
+	EndedTransferred = "transferred"
+	// EndedKeyDeleted: the holder saw its key deleted (an operator deleted it, or revoked
+	// its lease) while its own deadlines were still ahead, stopped, and said so.
+	EndedKeyDeleted = "key deleted"
+	// EndedDeadlineMissed: the holder stopped at its own deadline, because its heartbeats
+	// or lease renewals did not reach the store in time (a slow or briefly unreachable
+	// store, a full disk), and said so once it reached the store again, before its
+	// successor had waited it out.
+	EndedDeadlineMissed = "deadline missed"
+	// EndedCrashed: no word from the holder: its successor waited out the holder's
+	// deadline (a TTL at most). It was killed, hung, or cut off from the store for good;
+	// the successor cannot tell which. A holder that exits while its own term still waits
+	// for the term before it leaves no acknowledgement either.
+	EndedCrashed = "crashed"
+	// EndedDeadlinePassed is what releases before these reasons existed recorded for a
+	// term whose successor waited out its deadline: EndedCrashed, or EndedDeadlineMissed
+	// (the holder never said so then). It is never written any more, but a stored history
+	// may still hold it.
 	EndedDeadlinePassed = "deadline passed"
 )
 
@@ -41,7 +67,7 @@ type PastTerm struct {
 	Start time.Time `json:"start"`
 	// End is when its successor first saw it over, by the successor's clock.
 	End time.Time `json:"end"`
-	// Ended says why it ended: EndedHandedOver or EndedDeadlinePassed.
+	// Ended says how it ended: one of the Ended* values.
 	Ended string `json:"ended"`
 	// Successor is the instance id of the leader of the next term, which recorded this one.
 	Successor string `json:"successor"`
@@ -50,12 +76,18 @@ type PastTerm struct {
 }
 
 // named is the term the store named as the one before this instance's newest term
-// (Observation.Prev), and whether it acknowledged its end: a term this process never saw
-// (every instance was restarted since, say) is still recorded, under an unknown leader.
+// (Observation.Prev): a term this process never saw (every instance was restarted since,
+// say) is still recorded, under an unknown leader.
 type named struct {
-	token    int64
-	released bool
-	at       time.Time
+	token int64
+	at    time.Time
+}
+
+// endOfTerm is how term token ended (an Ended* value): as its holder's acknowledgement
+// said, or as this instance let go of its own term.
+type endOfTerm struct {
+	token int64
+	why   string
 }
 
 // lastOther is the newest term held by another instance that this instance saw, for the
@@ -94,28 +126,41 @@ func (e *Election) noteHistoryLocked(old, t *Term) {
 	if e.ownPast.token > prev.token {
 		prev = e.ownPast // the newest term before this one was this instance's own
 	}
-	// A term waited out rather than acknowledged ended at its deadline, whoever held it;
-	// only an own term that this process saw end can have ended otherwise without a word.
-	ended := EndedHandedOver
-	if t.Reason != "elected" && prev != e.ownPast {
-		ended = EndedDeadlinePassed
-	}
+	own := prev == e.ownPast
 	if n := e.namedPrev; n.token > prev.token && n.token < t.Token {
-		prev, ended = lastOther{token: n.token, gone: n.at}, EndedHandedOver
-		if !n.released && t.Reason != "elected" {
-			ended = EndedDeadlinePassed
-		}
+		prev, own = lastOther{token: n.token, gone: n.at}, false
 	}
 	if prev.token == 0 || prev.token >= t.Token {
 		return
 	}
 	past := PastTerm{
 		Token: prev.token, Leader: prev.rec.ID, URL: prev.rec.URL, Start: prev.rec.Since,
-		End: prev.gone, Ended: ended, Successor: e.c.cfg.ID, SuccessorToken: t.Token,
+		End: prev.gone, Ended: e.howEndedLocked(prev.token, own, t.Reason), Successor: e.c.cfg.ID, SuccessorToken: t.Token,
 	}
-	e.other, e.ownPast, e.namedPrev = lastOther{}, lastOther{}, named{}
+	e.other, e.ownPast, e.namedPrev, e.heard = lastOther{}, lastOther{}, named{}, endOfTerm{}
 	e.c.appends.Add(1)
 	go e.appendHistory(past)
+}
+
+// howEndedLocked says how term token ended, the one before this instance's term that has
+// just settled for reason: as its holder said, if its acknowledgement was heard; as this
+// instance let go of it, if it was its own (this process saw it end); and otherwise, if
+// the new term waited out its deadline, without a word. A term neither acknowledged nor
+// waited out was held under this instance's own lease (a reload's handover). e.mu is held.
+func (e *Election) howEndedLocked(token int64, own bool, reason string) string {
+	switch {
+	case e.heard.token == token:
+		if e.heard.why == "" {
+			return EndedHandedOver // acknowledged by an older release, which gives no reason
+		}
+		return e.heard.why
+	case own && e.ending.token == token:
+		return e.ending.why
+	case own || reason == "elected":
+		return EndedHandedOver
+	default:
+		return EndedCrashed
+	}
 }
 
 // appendHistory writes past to the store, retrying for as long as the candidate lives

@@ -34,7 +34,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 			e.publishLocked(Record{}, 0, nil, reason)
 		}
 		if old.lease != nil && e.handing != old.Token {
-			e.acknowledgeEnd(old)
+			e.acknowledgeEnd(old, endedUnasked(old, e.c.now()))
 		}
 		return
 	}
@@ -80,7 +80,10 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		// saw at all, or that rides out a failsafe beyond the store's reach.
 		p := e.proofLocked(h.Token, o, e.c.now(), e.waitTTL(l))
 		e.own = ownTerm{token: h.Token, proof: p, lastSeen: true}
-		e.namedPrev = named{token: o.Prev, released: o.PrevReleased, at: e.c.now()}
+		e.namedPrev = named{token: o.Prev, at: e.c.now()}
+		if o.PrevReleased {
+			e.heard = endOfTerm{token: o.Prev, why: o.PrevWhy}
+		}
 		if _, failsafe := p.owes(); failsafe && p.fenceAs == h.Token {
 			go e.proveNoFailsafe(p) // a fresh proof; an inherited one is looked for already
 		}
@@ -119,7 +122,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		}
 	}
 	if old.lease != nil && mine == nil && e.handing != old.Token {
-		e.acknowledgeEnd(old)
+		e.acknowledgeEnd(old, endedUnasked(old, e.c.now()))
 	}
 }
 

@@ -79,14 +79,15 @@ func priorityStep(ttl time.Duration) time.Duration {
 // views that each may lag it differently (the leader that has just resigned announces
 // itself unhealthy at that very moment).
 func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
+	skip := e.lastHolderOfPlaced()
 	list, err := e.KnownCandidates(ctx)
-	if err != nil || e.higher(list) == 0 {
+	if err != nil || e.higher(list, skip) == 0 {
 		return Observation{}, false
 	}
 	if list, err = e.Candidates(ctx); err != nil {
 		return Observation{}, false
 	}
-	higher := e.higher(list)
+	higher := e.higher(list, skip)
 	if higher == 0 {
 		return Observation{}, false
 	}
@@ -96,21 +97,33 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	if err == nil && obs.Holder != nil {
 		return obs, true
 	}
-	t := time.NewTimer(time.Duration(higher) * priorityStep(e.c.cfg.TTL))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+	wait := time.Duration(higher) * priorityStep(e.c.cfg.TTL)
+	if err != nil {
+		sleepCtx(ctx, wait)
+		return Observation{}, false
+	}
+	// The yield watches the key: the moment one that ranks higher takes it, this candidate
+	// knows its leader (a request it forwards waits for that), instead of up to a step per
+	// higher candidate later. A broken watch lets the campaign go ahead, as any store error.
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for o := range e.c.cfg.Backend.Watch(wctx, e.name, obs.Revision) {
+		if o.Err != nil {
+			break
+		}
+		if o.Holder != nil {
+			return o, true
+		}
 	}
 	return Observation{}, false
 }
 
-// higher counts the live, healthy candidates of list, other than this one, that rank above
-// it.
-func (e *Election) higher(list []CandidateInfo) int {
-	mine, n := e.c.prio.rank.Load(), 0
+// higher counts the live, healthy candidates of list, other than this one and skip, that
+// rank above it.
+func (e *Election) higher(list []CandidateInfo, skip string) int {
+	self, n := e.self(), 0
 	for _, c := range list {
-		if c.ID != e.c.cfg.ID && c.Healthy && int64(c.Priority) > mine {
+		if c.ID != self.ID && c.ID != skip && c.Healthy && !c.Leaving && e.ranksAbove(c, self) {
 			n++
 		}
 	}
@@ -125,11 +138,17 @@ func (e *Election) preempt(ctx context.Context) {
 	ttl := e.c.cfg.TTL
 	for {
 		changed, registry := e.Changed(), e.registry.changes()
-		if e.c.prio.preempt.Load() && e.outranksLeader(ctx) {
+		if e.preempts() && e.outranksLeader(ctx) {
 			t := e.Term()
 			e.c.log().Info("asking a leader of lower priority to hand over", zap.String("election", e.name),
 				zap.String("leader", t.Leader.ID), zap.Int("priority", e.c.Priority()))
-			if err := e.Transfer(ctx, e.c.cfg.ID, 2*ttl); err != nil && ctx.Err() == nil {
+			free, ok := e.moveSlot(ctx)
+			if !ok {
+				return
+			}
+			err := e.Transfer(ctx, e.c.cfg.ID, 2*ttl)
+			free()
+			if err != nil && ctx.Err() == nil {
 				e.c.log().Warn("preempting the leader failed; asking again later", zap.String("election", e.name), zap.Error(err))
 				if !sleepCtx(ctx, ttl) {
 					return
@@ -167,9 +186,12 @@ func (e *Election) outranksLeader(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
+	if e.placement.Load() != nil && e.higher(list, "") > 0 {
+		return false // the shard belongs to another: it moves once, to that one
+	}
 	for _, c := range list {
 		if c.ID == t.Leader.ID {
-			return int64(c.Priority) < mine
+			return e.ranksAbove(e.self(), c)
 		}
 	}
 	return false // a leader that is not in the registry has no known priority

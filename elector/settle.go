@@ -153,11 +153,14 @@ func (e *Election) settle(token int64, p *proof) {
 	retry := newBackoff(10*time.Millisecond, 100*time.Millisecond)
 	for {
 		heartbeat, _ := p.owes()
-		var err error
+		var (
+			err      error
+			released bool
+			why      string
+		)
 		if heartbeat && p.token != 0 {
 			rctx, cancel := context.WithTimeout(e.c.ctx, min(e.c.requestTimeout, max(10*time.Millisecond, p.stoppedBy.Sub(e.c.now()))))
-			var released bool
-			released, err = e.c.cfg.Backend.Released(rctx, e.name, p.token, 0)
+			released, why, err = e.c.cfg.Backend.Released(rctx, e.name, p.token, 0)
 			cancel()
 			if released {
 				p.heartbeatProven("elected")
@@ -168,6 +171,9 @@ func (e *Election) settle(token int64, p *proof) {
 		}
 		changed := e.Changed()
 		e.mu.Lock()
+		if released {
+			e.heard = endOfTerm{token: p.token, why: why} // for the history (see history.go)
+		}
 		if e.settling != token {
 			e.mu.Unlock()
 			return // the term ended meanwhile; whoever comes next carries p on

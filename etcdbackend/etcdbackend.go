@@ -344,7 +344,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpGet(last), clientv3.OpPut(key, string(value), clientv3.WithLease(clientv3.LeaseID(lease))), clientv3.OpPut(last, ""),
-			clientv3.OpGet(b.releasedPrefix(election), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(b.releasedPrefix(election), clientv3.WithPrefix()),
 			clientv3.OpDelete(b.releasedPrefix(election), clientv3.WithPrefix())).
 		Else(clientv3.OpGet(key)).
 		Commit()
@@ -362,13 +362,16 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		o := elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}}
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			o.Prev = kvs[0].ModRevision
-			// The acknowledgements still alive (each lives about a ttl): the previous
-			// term's among them proves it over without another round trip. They are
-			// consumed with it: no term before this one has a successor to wait any more
-			// but this one (which, for an older term it inherits, waits for the deadline).
+			// The acknowledgements still alive (each lives about a ttl; its value says
+			// why the term ended): the previous term's among them proves it over without
+			// another round trip. They are consumed with it: no term before this one has
+			// a successor to wait any more but this one (which, for an older term it
+			// inherits, waits for the deadline).
 			ack := b.releasedKey(election, o.Prev)
 			for _, kv := range resp.Responses[3].GetResponseRange().GetKvs() {
-				o.PrevReleased = o.PrevReleased || string(kv.Key) == ack
+				if string(kv.Key) == ack {
+					o.PrevReleased, o.PrevWhy = true, string(kv.Value)
+				}
 			}
 		}
 		return b.termChecked(at, election, o)
@@ -555,14 +558,14 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 
 // Release implements elector.Backend: delete the key only if it is still the same term's,
 // and acknowledge the term's end in the same transaction.
-func (b *Backend) Release(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+func (b *Backend) Release(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
 	cli, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
 	at := b.mark()
 	key := b.Key(election)
-	ack, err := b.acknowledgement(ctx, cli, election, token, lease)
+	ack, err := b.acknowledgement(ctx, cli, election, token, lease, why)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,8 @@ import (
 )
 
 // TestHistoryOfTerms runs a fleet through a handover and a failover and checks that every
-// instance reads the same history of ended terms from etcd, with why each one ended.
+// instance reads the same history of ended terms from etcd, with how each one ended: the
+// resign in the resigning leader's own word, the cut-off leader's end without a word.
 func TestHistoryOfTerms(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd")
@@ -50,8 +51,8 @@ func TestHistoryOfTerms(t *testing.T) {
 		t.Fatal(err)
 	}
 	second, t2 := f.waitLeader(2*ttl+5*time.Second, f.others(first)...)
-	handedOver := fmt.Sprintf("%d:%s:%s:%s@%d", t1, first.id, elector.EndedHandedOver, second.id, t2)
-	waitHistory(handedOver, f.nodes...)
+	resigned := fmt.Sprintf("%d:%s:%s:%s@%d", t1, first.id, elector.EndedResigned, second.id, t2)
+	waitHistory(resigned, f.nodes...)
 
 	// Cut off, the second leader cannot say it stopped: the third waits out its deadline.
 	second.cut()
@@ -62,8 +63,8 @@ func TestHistoryOfTerms(t *testing.T) {
 		}
 	}
 	_, t3 := f.waitLeader(3*ttl+5*time.Second, third)
-	timedOut := fmt.Sprintf("%d:%s:%s:%s@%d", t2, second.id, elector.EndedDeadlinePassed, third.id, t3)
-	waitHistory(handedOver+" "+timedOut, first, third)
+	crashed := fmt.Sprintf("%d:%s:%s:%s@%d", t2, second.id, elector.EndedCrashed, third.id, t3)
+	waitHistory(resigned+" "+crashed, first, third)
 
 	list, err := third.election.History(ctx)
 	if err != nil {

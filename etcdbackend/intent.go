@@ -214,12 +214,13 @@ func (b *Backend) releasedKey(election string, token int64) string {
 // releasedPrefix begins the key of every acknowledgement of the election.
 func (b *Backend) releasedPrefix(election string) string { return b.Key(election) + "/released/" }
 
-// acknowledgement is the put that records the end of term token. It is bound to a lease of
+// acknowledgement is the put that records the end of term token, its value why (empty in
+// the acknowledgements of older releases, which gave no reason). It is bound to a lease of
 // its own, granted here for as long as the holder's lease was granted: the holder's lease
 // may be revoked the moment after (a shutting-down instance revokes it as soon as it has let
 // go, an operator may revoke it), and the successor must still find the acknowledgement. The
 // successor deletes it when it reads it; otherwise it expires with its lease.
-func (b *Backend) acknowledgement(ctx context.Context, cli *clientv3.Client, election string, token int64, holder elector.LeaseID) (clientv3.Op, error) {
+func (b *Backend) acknowledgement(ctx context.Context, cli *clientv3.Client, election string, token int64, holder elector.LeaseID, why string) (clientv3.Op, error) {
 	ttl := defaultAckTTL
 	if granted, ok := b.granted.Load(holder); ok {
 		ttl = granted.(time.Duration)
@@ -232,7 +233,7 @@ func (b *Backend) acknowledgement(ctx context.Context, cli *clientv3.Client, ele
 	if err := b.checked(at, resp.ResponseHeader); err != nil {
 		return clientv3.Op{}, err
 	}
-	return clientv3.OpPut(b.releasedKey(election, token), "", clientv3.WithLease(resp.ID)), nil
+	return clientv3.OpPut(b.releasedKey(election, token), why, clientv3.WithLease(resp.ID)), nil
 }
 
 // defaultAckTTL is how long an acknowledgement lives when the holder's lease was granted by
@@ -240,12 +241,12 @@ func (b *Backend) acknowledgement(ctx context.Context, cli *clientv3.Client, ele
 const defaultAckTTL = time.Minute
 
 // Acknowledge implements elector.Backend.
-func (b *Backend) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+func (b *Backend) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
 	cli, err := b.client(ctx)
 	if err != nil {
 		return err
 	}
-	ack, err := b.acknowledgement(ctx, cli, election, token, lease)
+	ack, err := b.acknowledgement(ctx, cli, election, token, lease, why)
 	if err != nil {
 		return err
 	}
@@ -261,36 +262,39 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 // asks, once, and the key would otherwise stay for as long as the old holder's lease lives,
 // one more for each term it ends. (A successor whose answer is lost falls back to waiting
 // out the old holder's TTL.)
-func (b *Backend) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, error) {
+func (b *Backend) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, string, error) {
 	cli, err := b.client(ctx)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	at := b.mark()
-	resp, err := cli.Delete(leaderCtx(ctx), b.releasedKey(election, token))
+	resp, err := cli.Delete(leaderCtx(ctx), b.releasedKey(election, token), clientv3.WithPrevKV())
 	if err != nil {
-		return false, b.describe(err)
+		return false, "", b.describe(err)
 	}
 	if err := b.checked(at, resp.Header); err != nil {
-		return false, err
+		return false, "", err
+	}
+	if len(resp.PrevKvs) > 0 {
+		return true, string(resp.PrevKvs[0].Value), nil
 	}
 	if resp.Deleted > 0 || lease == 0 {
-		return resp.Deleted > 0, nil
+		return resp.Deleted > 0, "", nil
 	}
 	ttl, err := cli.TimeToLive(leaderCtx(ctx), clientv3.LeaseID(lease))
 	if err != nil {
 		if errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
-			return true, nil
+			return true, "", nil
 		}
-		return false, b.describe(err)
+		return false, "", b.describe(err)
 	}
 	if err := b.loose(ctx, cli, at, ttl.ResponseHeader); err != nil {
-		return false, err
+		return false, "", err
 	}
 	// Only a lease the store no longer knows (TTL -1) is gone. The remaining TTL is
 	// truncated to whole seconds, so 0 means "less than a second left", not "expired": the
 	// holder's deadline may still be ahead.
-	return ttl.TTL == leaseGone, nil
+	return ttl.TTL == leaseGone, "", nil
 }
 
 // leaseGone is the TTL etcd's TimeToLive reports for a lease it does not know.

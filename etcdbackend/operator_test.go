@@ -41,7 +41,7 @@ func TestReleasedOnlyWhenLeaseGone(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		released, err := b.Released(ctx, "rounding", 1, elector.LeaseID(grant.ID))
+		released, _, err := b.Released(ctx, "rounding", 1, elector.LeaseID(grant.ID))
 		if err != nil {
 			t.Fatal(err)
 		}

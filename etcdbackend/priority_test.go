@@ -124,8 +124,8 @@ func TestPriority(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got := describeHistory(list); got != fmt.Sprintf("%d:low:%s:high@%d", t1, elector.EndedHandedOver, t2) {
-			t.Errorf("history %q, want low's term handed over to high", got)
+		if got := describeHistory(list); got != fmt.Sprintf("%d:low:%s:high@%d", t1, elector.EndedTransferred, t2) {
+			t.Errorf("history %q, want low's term transferred to high", got)
 		}
 		if !low.election.Healthy() {
 			t.Error("the preempted leader is held off")

@@ -67,10 +67,14 @@ func TestSafetyUnseenTerm(t *testing.T) {
 }
 
 // startKubeEnvN starts a fleet of n in follower mode on srv, each instance through a fault
-// proxy of its own and under lease prefix prefix, and waits for a leader.
-func startKubeEnvN(t *testing.T, srv *kubetest.Server, mode, prefix string, n int) *kubeEnv {
+// proxy of its own and under lease prefix prefix, with change applied to the fleet's config,
+// and waits for a leader.
+func startKubeEnvN(t *testing.T, srv *kubetest.Server, mode, prefix string, n int, change ...func(*fleet.Config)) *kubeEnv {
 	t.Helper()
 	env := safety.NewEnv(t, caddyBin, srv, fleet.Config{Follower: mode, TTL: safetyTTL.String()})
+	for _, c := range change {
+		c(&env.Cfg)
+	}
 	env.LinkEach(n, strings.TrimPrefix(srv.URL, "https://"), func(id, addr string) map[string]any {
 		return map[string]any{"module": "kubernetes", "kubeconfig": srv.Kubeconfig(t, "admin", "default", "https://"+addr), "lease_prefix": prefix + "-"}
 	})

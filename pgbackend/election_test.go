@@ -197,7 +197,7 @@ func TestPromotedReplicaNeverRepeatsATerm(t *testing.T) {
 			t.Fatalf("campaign %d on the old primary: %+v %v", i, o.Holder, err)
 		}
 		last = o.Holder.Token
-		if err := old.Release(ctx, "failover", last, lease); err != nil {
+		if err := old.Release(ctx, "failover", last, lease, elector.EndedResigned); err != nil {
 			t.Fatal(err)
 		}
 	}

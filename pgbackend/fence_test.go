@@ -36,7 +36,7 @@ func TestFencingTokensNeverGoBack(t *testing.T) {
 		t.Helper()
 		lease, o := win(t, ctx, b, election, "v", time.Minute)
 		if !keep {
-			if err := b.Release(ctx, election, o.Holder.Token, lease); err != nil {
+			if err := b.Release(ctx, election, o.Holder.Token, lease, elector.EndedResigned); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -93,7 +93,7 @@ func TestFencingTokensNeverGoBack(t *testing.T) {
 		if o, err := b.Observe(ctx, election); err != nil || o.Holder == nil || o.Holder.Token != newToken {
 			t.Errorf("Observe after the new term: %+v, %v", o, err)
 		}
-		if err := b.Release(ctx, election, newToken, newLease); err != nil {
+		if err := b.Release(ctx, election, newToken, newLease, elector.EndedResigned); err != nil {
 			t.Fatal(err)
 		}
 		// A backend that saw nothing goes on from there.

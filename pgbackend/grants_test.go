@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
@@ -44,7 +45,7 @@ func TestDocumentedGrantsSuffice(t *testing.T) {
 			t.Fatalf("Update(%q) = %v, %v", value, ok, err)
 		}
 	}
-	if err := b.Release(ctx, "grants", o.Holder.Token, lease); err != nil {
+	if err := b.Release(ctx, "grants", o.Holder.Token, lease, elector.EndedResigned); err != nil {
 		t.Fatal(err)
 	}
 	server.Exec(t, `SELECT setval('caddy_leader_seq', 1)`)

@@ -111,7 +111,7 @@ func TestWatchActsOnNotifications(t *testing.T) {
 			end  func(t *testing.T, election string, token int64, lease elector.LeaseID)
 		}{
 			{"release", func(t *testing.T, election string, token int64, lease elector.LeaseID) {
-				if err := holder.Release(ctx, election, token, lease); err != nil {
+				if err := holder.Release(ctx, election, token, lease, elector.EndedResigned); err != nil {
 					t.Fatal(err)
 				}
 			}},

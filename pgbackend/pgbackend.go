@@ -56,6 +56,9 @@ type Backend struct {
 
 	schemaMu   sync.Mutex
 	schemaDone bool
+	// noWhy is set when the acknowledgements' why column is missing: a schema managed by
+	// hand (SkipSchema) that Schema's statements of this release have not been run on.
+	noWhy atomic.Bool
 
 	// last holds the latest states reported for each election (see Watch).
 	lastMu sync.Mutex
@@ -161,19 +164,50 @@ func (b *Backend) ready(ctx context.Context) error {
 		return ErrClosed
 	}
 	b.listener.start()
-	if b.cfg.SkipSchema {
-		return nil
-	}
 	b.schemaMu.Lock()
 	defer b.schemaMu.Unlock()
 	if b.schemaDone {
 		return nil
 	}
-	if err := b.createSchema(ctx); err != nil {
+	if b.cfg.SkipSchema {
+		if err := b.probeWhy(ctx); err != nil {
+			return err
+		}
+	} else if err := b.createSchema(ctx); err != nil {
 		return err
 	}
 	b.schemaDone = true
 	return nil
+}
+
+// probeWhy looks, once, whether a schema managed by hand has the acknowledgements' why
+// column (new in this release). Without it, acknowledgements are written and read as an
+// earlier release did, without a reason (the history then says "handed over"), rather
+// than fail every handover until Schema's statements are run again. b.schemaMu is held.
+func (b *Backend) probeWhy(ctx context.Context) error {
+	var has bool
+	err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+	WHERE attrelid = to_regclass($1) AND attname = 'why' AND NOT attisdropped)`, b.names.acks).Scan(&has)
+	if err != nil {
+		return b.describe(err)
+	}
+	if !has {
+		b.cfg.Logger.Warn("the acknowledgements table has no why column: run pgbackend.Schema's statements again (skip_schema) so that the history can say how each term ended",
+			zap.String("table", b.names.acks))
+	}
+	b.noWhy.Store(!has)
+	return nil
+}
+
+// ackWhy returns the SQL that writes (a column and a value, $4) and reads (an expression
+// over the acknowledgements' row a) an acknowledgement's why, and the arguments of a
+// write that takes its why last; without the column (see probeWhy) no why is written and
+// every one reads empty.
+func (b *Backend) ackWhy(args []any, why string) (col, val, read string, _ []any) {
+	if b.noWhy.Load() {
+		return "", "", "NULL::text", args
+	}
+	return ", why", ", $4", "a.why", append(args, why)
 }
 
 // Pool is the backend's connection pool, for tests and metrics.

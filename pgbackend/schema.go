@@ -69,6 +69,8 @@ func Schema(prefix string) (string, error) {
 //     point at a lease that does not exist. Acknowledgements are the exception: a holder
 //     revokes its lease right after letting go, and its successor must still find them;
 //     they carry an expires_at of their own (the holder's TTL) and are deleted when read.
+//     Their why (added later: an older instance's insert leaves it empty) says why the
+//     term ended.
 //   - The history of terms is bound to no lease: it outlives every instance.
 //   - <prefix>vacated keeps, per election, the key as it was when its row was last deleted
 //     (by triggers, so an operator's DELETE or TRUNCATE and a lease's cascade count too).
@@ -120,6 +122,7 @@ CREATE TABLE IF NOT EXISTS %[7]s (
 	expires_at timestamptz NOT NULL,
 	PRIMARY KEY (election, token)
 );
+ALTER TABLE %[7]s ADD COLUMN IF NOT EXISTS why text NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS %[11]s (
 	election text NOT NULL,
 	seq bigint NOT NULL,

@@ -95,11 +95,13 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	if err := b.ready(ctx); err != nil {
 		return elector.Observation{}, err
 	}
+	_, _, readWhy, _ := b.ackWhy(nil, "")
 	for attempt := 0; ; attempt++ {
 		m := b.mark(election)
 		var (
 			token, prev  int64
 			prevReleased bool
+			prevWhy      string
 		)
 		// A key inserted anew follows the term last deleted (read after the insert, see
 		// fenceSchema); one taken over from an expired lease follows the term that held it.
@@ -118,11 +120,11 @@ won AS (
 		WHERE e.lease IN (SELECT id FROM dead)
 	RETURNING token, COALESCE(CASE WHEN e.xmax = 0 THEN %[4]s($1) ELSE (SELECT token FROM cur) END, 0) AS prev
 )
-SELECT token, prev, EXISTS (SELECT 1 FROM %[5]s a
-	WHERE a.election = $1 AND a.token = won.prev AND a.expires_at > clock_timestamp())
-FROM won`,
-			b.names.elections, b.names.leases, b.names.fenced, b.names.prev, b.names.acks),
-			election, value, int64(lease), b.floor()).Scan(&token, &prev, &prevReleased)
+SELECT won.token, won.prev, a.token IS NOT NULL, COALESCE(%[6]s, '')
+FROM won LEFT JOIN %[5]s a
+	ON a.election = $1 AND a.token = won.prev AND a.expires_at > clock_timestamp()`,
+			b.names.elections, b.names.leases, b.names.fenced, b.names.prev, b.names.acks, readWhy),
+			election, value, int64(lease), b.floor()).Scan(&token, &prev, &prevReleased, &prevWhy)
 		switch {
 		case err == nil:
 			h := &elector.Holder{Value: value, Lease: lease, Token: token}
@@ -130,6 +132,9 @@ FROM won`,
 				return elector.Observation{}, err
 			}
 			o := elector.Observation{Revision: token, Holder: h, Prev: prev, PrevReleased: prev != 0 && prevReleased}
+			if o.PrevReleased {
+				o.PrevWhy = prevWhy
+			}
 			b.remember(election, reported{o, token})
 			b.noteWritten(election, token, value)
 			return o, nil
@@ -242,16 +247,17 @@ LEFT JOIN %[4]s v ON v.name = $1 AND e.name IS NULL`,
 //
 // The acknowledgement is written whether or not the key was still this term's (see
 // elector.Backend.Release); the data-modifying CTE runs either way.
-func (b *Backend) Release(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+func (b *Backend) Release(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
+	col, val, _, args := b.ackWhy([]any{election, token, int64(lease)}, why)
 	_, err := b.pool.Exec(ctx, fmt.Sprintf(`
 WITH d AS (DELETE FROM %[1]s WHERE name = $1 AND token = $2 RETURNING lease),
 gc AS (DELETE FROM %[3]s WHERE expires_at <= clock_timestamp())
-INSERT INTO %[3]s (election, token, expires_at)
-SELECT $1, $2, clock_timestamp() + COALESCE((SELECT ttl_ms FROM %[2]s WHERE id = $3), %[4]d) * interval '1 millisecond'
-ON CONFLICT DO NOTHING`, b.names.elections, b.names.leases, b.names.acks, defaultAckTTL.Milliseconds()), election, token, int64(lease))
+INSERT INTO %[3]s (election, token, expires_at%[5]s)
+SELECT $1, $2, clock_timestamp() + COALESCE((SELECT ttl_ms FROM %[2]s WHERE id = $3), %[4]d) * interval '1 millisecond'%[6]s
+ON CONFLICT DO NOTHING`, b.names.elections, b.names.leases, b.names.acks, defaultAckTTL.Milliseconds(), col, val), args...)
 	return b.describe(err)
 }
 
@@ -276,35 +282,41 @@ const defaultAckTTL = time.Minute
 // Acknowledge implements elector.Backend. The acknowledgement lives for the holder's TTL,
 // even if the holder's lease is revoked meanwhile; Released deletes it when it reads it,
 // and expired ones are cleared by the next acknowledgement.
-func (b *Backend) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+func (b *Backend) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
+	col, val, _, args := b.ackWhy([]any{election, token, int64(lease)}, why)
 	_, err := b.pool.Exec(ctx, fmt.Sprintf(`
 WITH gc AS (DELETE FROM %[1]s WHERE expires_at <= clock_timestamp())
-INSERT INTO %[1]s (election, token, expires_at)
-SELECT $1, $2, clock_timestamp() + COALESCE((SELECT ttl_ms FROM %[2]s WHERE id = $3), %[3]d) * interval '1 millisecond'
-ON CONFLICT DO NOTHING`, b.names.acks, b.names.leases, defaultAckTTL.Milliseconds()), election, token, int64(lease))
+INSERT INTO %[1]s (election, token, expires_at%[4]s)
+SELECT $1, $2, clock_timestamp() + COALESCE((SELECT ttl_ms FROM %[2]s WHERE id = $3), %[3]d) * interval '1 millisecond'%[5]s
+ON CONFLICT DO NOTHING`, b.names.acks, b.names.leases, defaultAckTTL.Milliseconds(), col, val), args...)
 	return b.describe(err)
 }
 
 // Released implements elector.Backend: it consumes the acknowledgement. A lease past its
 // expires_at counts as gone: it can no longer be renewed, so its holder's own deadline has
 // passed too. With lease 0 only the acknowledgement counts.
-func (b *Backend) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, error) {
+func (b *Backend) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, string, error) {
 	if err := b.ready(ctx); err != nil {
-		return false, err
+		return false, "", err
 	}
-	var released bool
+	var (
+		released bool
+		why      string
+	)
+	_, _, readWhy, _ := b.ackWhy(nil, "")
 	err := b.pool.QueryRow(ctx, fmt.Sprintf(`
-WITH a AS (DELETE FROM %[1]s WHERE election = $1 AND token = $2 AND expires_at > clock_timestamp() RETURNING 1)
+WITH a AS (DELETE FROM %[1]s a WHERE election = $1 AND token = $2 AND expires_at > clock_timestamp() RETURNING %[3]s AS why)
 SELECT EXISTS (SELECT 1 FROM a)
-	OR ($3::bigint <> 0 AND NOT EXISTS (SELECT 1 FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp()))`,
-		b.names.acks, b.names.leases), election, token, int64(lease)).Scan(&released)
+	OR ($3::bigint <> 0 AND NOT EXISTS (SELECT 1 FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp())),
+	COALESCE((SELECT why FROM a), '')`,
+		b.names.acks, b.names.leases, readWhy), election, token, int64(lease)).Scan(&released, &why)
 	if err != nil {
-		return false, b.describe(err)
+		return false, "", b.describe(err)
 	}
-	return released, nil
+	return released, why, nil
 }
 
 func isForeignKeyViolation(err error) bool {

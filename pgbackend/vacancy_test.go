@@ -41,7 +41,7 @@ func TestWatchReportsTheLastWriteBeforeAVacancy(t *testing.T) {
 			exec(t, `DELETE FROM caddy_leader_elections WHERE name = $1`, election)
 		}},
 		{name: "heartbeat_then_release", end: func(t *testing.T, election string, token int64, lease elector.LeaseID) {
-			if err := holder.Release(ctx, election, token, lease); err != nil {
+			if err := holder.Release(ctx, election, token, lease, elector.EndedResigned); err != nil {
 				t.Fatal(err)
 			}
 		}},

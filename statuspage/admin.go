@@ -30,14 +30,15 @@ func (AdminPage) CaddyModule() caddy.ModuleInfo {
 
 // adminPage lives as long as the process: admin modules are never cleaned up, so it finds
 // the leader app of whichever config runs when it is asked.
-var adminPage = &page{title: defaultTitle + " (admin)", admin: true, kept: new(keptHistory), source: func() electionSource {
-	app, err := caddy.ActiveContext().AppIfConfigured("leader")
-	if err != nil {
-		return nil
-	}
-	src, _ := app.(electionSource)
-	return src
-}}
+var adminPage = &page{title: defaultTitle + " (admin)", admin: true, kept: new(keptHistory),
+	candidates: new(keptCandidates), peers: newPeers(), source: func() electionSource {
+		app, err := caddy.ActiveContext().AppIfConfigured("leader")
+		if err != nil {
+			return nil
+		}
+		src, _ := app.(electionSource)
+		return src
+	}}
 
 // Routes implements caddy.AdminRouter. The pattern is exact: /leader/status/... stays with
 // admin.api.leader, so an election named "status" keeps its endpoints there.

@@ -29,7 +29,14 @@ func init() {
 // Besides the page, the handler answers at the same path:
 //
 //	?format=json   the page's data as JSON
+//	?format=self   this instance's own view of itself, which its peers' pages ask for
 //	?events        the live part of the page as Server-Sent Events
+//
+// For every other candidate the page shows what that candidate itself says of its
+// failsafe state and of its link to the store: the page asks the candidate's own page, at
+// its advertise URL and this page's path (?format=self), at most every 2 seconds with a
+// timeout of 1 second, and shows a candidate that does not answer as unreachable. Let
+// the fleet's own addresses through whatever authentication is in front of the page.
 type Handler struct {
 	// Title heads the page. Default: "caddy-leader status".
 	Title string `json:"title,omitempty"`
@@ -78,7 +85,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if !ok {
 		return fmt.Errorf("the leader app is a %T, which does not list its elections", app)
 	}
-	h.page = &page{title: h.Title, source: func() electionSource { return src }, only: h.Elections, adminLink: h.AdminLink, done: ctx.Done(), kept: new(keptHistory)}
+	h.page = &page{title: h.Title, source: func() electionSource { return src }, only: h.Elections, adminLink: h.AdminLink, done: ctx.Done(),
+		kept: new(keptHistory), candidates: new(keptCandidates), peers: newPeers()}
 	return nil
 }
 

@@ -7,11 +7,13 @@ import (
 	"embed"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"html/template"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyleader/caddy-leader/electionstatus"
@@ -25,6 +27,9 @@ import (
 //	?events        Server-Sent Events: the live part of the page, rendered again
 //	?format=json   the Snapshot as JSON
 //
+//	?format=self   this instance's view of itself, which the pages of its peers ask for
+//	               (see peers.go)
+//
 // The live part is rendered on the server, so the page without script is the same page,
 // refreshed by a <noscript> meta refresh instead of the event stream.
 
@@ -32,8 +37,9 @@ import (
 var assets embed.FS
 
 var pageTemplate = template.Must(template.New("").Funcs(template.FuncMap{
-	"style":  func() template.CSS { return template.CSS(asset("page.css")) },
-	"script": func() template.JS { return template.JS(asset("page.js")) },
+	"style":   func() template.CSS { return template.CSS(asset("page.css")) },
+	"script":  func() template.JS { return template.JS(asset("page.js")) },
+	"endings": func() []ending { return endings },
 }).ParseFS(assets, "assets/page.html"))
 
 // contentSecurityPolicy lets the page run its own inline style and script (by their hashes)
@@ -87,6 +93,29 @@ type page struct {
 	done <-chan struct{}
 	// kept is the history last read, shown while the store does not answer.
 	kept *keptHistory
+	// candidates remembers the candidates the registries listed, and peers asks the
+	// other candidates for their view of themselves (see peers.go); nil for neither.
+	candidates *keptCandidates
+	peers      *peers
+}
+
+// servedAt is the path at which a leader_status handler of this process last served its
+// page: the admin API's page asks the peers' pages there, since the fleet shares one
+// configuration and the admin API's own path is not on the peers' advertise URLs.
+var servedAt atomic.Pointer[string]
+
+// peerPath is the path at which the peers' pages are asked for this request; empty when
+// unknown (the admin API's page, before any handler served).
+func (p *page) peerPath(r *http.Request) string {
+	if !p.admin {
+		path := r.URL.Path
+		servedAt.Store(&path)
+		return path
+	}
+	if path := servedAt.Load(); path != nil {
+		return *path
+	}
+	return ""
 }
 
 func (p *page) serve(w http.ResponseWriter, r *http.Request) error {
@@ -97,10 +126,14 @@ func (p *page) serve(w http.ResponseWriter, r *http.Request) error {
 	case q.Get("format") == "json":
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		return json.NewEncoder(w).Encode(take(r.Context(), p.source(), p.only, p.kept))
+		return json.NewEncoder(w).Encode(p.snapshot(r.Context(), p.source(), p.peerPath(r)))
+	case q.Get("format") == "self":
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		return json.NewEncoder(w).Encode(selfView(p.source(), p.only, time.Now()))
 	}
 	var buf bytes.Buffer
-	if err := pageTemplate.ExecuteTemplate(&buf, "page", p.view(take(r.Context(), p.source(), p.only, p.kept))); err != nil {
+	if err := pageTemplate.ExecuteTemplate(&buf, "page", p.view(p.snapshot(r.Context(), p.source(), p.peerPath(r)))); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -131,6 +164,7 @@ func (p *page) stream(w http.ResponseWriter, r *http.Request) error {
 
 	ctx, cancel := context.WithTimeout(r.Context(), streamLifetime)
 	defer cancel()
+	path := p.peerPath(r)
 	watch := time.NewTicker(watchInterval)
 	defer watch.Stop()
 	var seen string
@@ -141,7 +175,7 @@ func (p *page) stream(w http.ResponseWriter, r *http.Request) error {
 		if state := p.localState(src, now); state != seen || now.Sub(sent) >= refreshInterval {
 			seen, sent = state, now
 			var buf bytes.Buffer
-			if err := pageTemplate.ExecuteTemplate(&buf, "live", p.view(take(ctx, src, p.only, p.kept))); err != nil {
+			if err := pageTemplate.ExecuteTemplate(&buf, "live", p.view(p.snapshot(ctx, src, path))); err != nil {
 				return err
 			}
 			if err := writeEvent(w, "update", buf.Bytes()); err != nil || rc.Flush() != nil {
@@ -182,7 +216,7 @@ func (p *page) localState(src electionSource, now time.Time) string {
 	}
 	var lines []string // in name order, so that the same state reads the same
 	for name, e := range src.RunningElections() {
-		if len(p.only) > 0 && !slices.Contains(p.only, name) {
+		if !shown(p.only, name) {
 			continue
 		}
 		t := e.Term()
@@ -190,6 +224,19 @@ func (p *page) localState(src electionSource, now time.Time) string {
 		lines = append(lines, strings.Join([]string{name, t.Leader.ID, t.Reason, strconv.FormatInt(t.Token, 10),
 			boolText(t.Leading(now)), boolText(t.Holds()), boolText(holdOff > 0), boolText(leaving), boolText(e.Healthy()),
 			boolText(e.Failsafe().Active), boolText(e.Candidate().LeaseRemaining() > 0)}, "\x00"))
+	}
+	if sets, ok := src.(shardSource); ok {
+		// Who owns how many shards, summed: a move shows as soon as this instance sees it.
+		for _, set := range sets.RunningShardSets(context.Background()) {
+			if !shown(p.only, set.Set) {
+				continue
+			}
+			line := []string{set.Set, strconv.Itoa(set.Leaderless), strconv.Itoa(set.Moving)}
+			for _, c := range set.Candidates {
+				line = append(line, c.ID, strconv.Itoa(c.Owned), boolText(c.Healthy))
+			}
+			lines = append(lines, strings.Join(line, "\x00"))
+		}
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
@@ -204,6 +251,7 @@ type view struct {
 	Refresh   int
 	Self      string
 	Elections []electionView
+	ShardSets []electionstatus.ShardSet
 }
 
 type electionView struct {
@@ -225,6 +273,12 @@ type candidateView struct {
 	Role    string
 	HoldOff string
 	Self    bool
+	// Gone says since when the registry no longer lists the candidate; empty while it does.
+	Gone string
+	// Failsafe and Store are the candidate's failsafe state and its link to the store, as
+	// it says itself; StoreState is reachable, unreachable (it says so, or it did not
+	// answer) or unknown, and Asked when it last answered, for another candidate.
+	Failsafe, Store, StoreState, Asked string
 }
 
 type termRow struct {
@@ -233,7 +287,8 @@ type termRow struct {
 }
 
 func (p *page) view(s Snapshot) view {
-	v := view{Title: p.title, Admin: p.admin, AdminLink: p.adminLink, At: s.At.UTC().Format("2006-01-02 15:04:05 UTC"), Refresh: noScriptRefresh}
+	v := view{Title: p.title, Admin: p.admin, AdminLink: p.adminLink, At: s.At.UTC().Format("2006-01-02 15:04:05 UTC"), Refresh: noScriptRefresh,
+		ShardSets: s.ShardSets}
 	for _, el := range s.Elections {
 		v.Self = el.Self
 		ev := electionView{Election: el, Name: el.Election.Election}
@@ -243,7 +298,12 @@ func (p *page) view(s Snapshot) view {
 		if !el.LastContact.IsZero() {
 			ev.ContactAgo = roundDuration(s.At.Sub(el.LastContact)).String()
 		}
-		for _, c := range el.Candidates {
+		candidates := slices.Clone(el.Candidates)
+		gone := make(map[string]time.Time, len(el.Gone))
+		for _, g := range el.Gone {
+			candidates, gone[g.ID] = append(candidates, g.Candidate), g.LastListed
+		}
+		for _, c := range candidates {
 			cv := candidateView{Candidate: c, Role: "follower", Self: c.ID == el.Self}
 			switch {
 			case c.ID == el.LeaderID:
@@ -256,6 +316,11 @@ func (p *page) view(s Snapshot) view {
 			if c.HoldOffUntil.After(s.At) {
 				cv.HoldOff = roundDuration(c.HoldOffUntil.Sub(s.At)).String()
 			}
+			if at, ok := gone[c.ID]; ok {
+				cv.Role, cv.HoldOff = "gone", ""
+				cv.Gone = "not in the registry since " + at.UTC().Format("15:04:05") + " (its lease ran out: stopped, crashed or cut off from the store)"
+			}
+			cv.Failsafe, cv.Store, cv.StoreState, cv.Asked = candidateLink(el, c.ID, s.At)
 			ev.Candidates = append(ev.Candidates, cv)
 		}
 		current := elector.PastTerm{Token: el.Token, Leader: el.LeaderID, URL: el.LeaderURL, Start: el.TermStart}
@@ -279,7 +344,50 @@ func (p *page) view(s Snapshot) view {
 		}
 		v.Elections = append(v.Elections, ev)
 	}
+	if v.Self == "" && len(s.ShardSets) > 0 {
+		v.Self = s.ShardSets[0].Self
+	}
 	return v
+}
+
+// candidateLink says, for candidate id of election el, its failsafe state and its link to
+// the store as it says itself: this instance's own state for itself, the latest answer of
+// its page for another (see peers.go).
+func candidateLink(el Election, id string, now time.Time) (failsafe, store, state, asked string) {
+	own := SelfElection{Failsafe: el.Failsafe, LastContact: el.LastContact, StoreProblem: el.StoreProblem}
+	if id != el.Self {
+		p, ok := el.Peers[id]
+		switch {
+		case !ok:
+			return "unknown", "unknown: not asked (no advertise URL, or no page path known yet)", "unknown", ""
+		case p.Asked.IsZero():
+			return "asking…", "asking…", "unknown", ""
+		case p.Unreachable != "":
+			return "unknown", "unreachable: " + p.Unreachable, "unreachable", p.Asked.UTC().Format("15:04:05")
+		}
+		own, ok = p.View.Elections[el.Election.Election]
+		asked = p.Asked.UTC().Format("15:04:05")
+		if !ok {
+			return "unknown", "unknown: its page does not show this election", "unknown", asked
+		}
+	}
+	failsafe = "off"
+	switch fs := own.Failsafe; {
+	case fs == nil:
+	case fs.Active:
+		failsafe = "active since " + fs.Since.UTC().Format("15:04:05") + ": " + fs.Cause
+	case fs.Confirming != 0:
+		failsafe = fmt.Sprintf("keeping term %d alive for its leader", fs.Confirming)
+	default:
+		failsafe = "on, idle"
+	}
+	switch {
+	case own.StoreProblem != "" && id == el.Self:
+		return failsafe, "unreachable: " + own.StoreProblem, "unreachable", asked
+	case own.StoreProblem != "":
+		return failsafe, "unreachable, it says: “" + own.StoreProblem + "”", "unreachable", asked
+	}
+	return failsafe, "reachable, lease confirmed " + roundDuration(now.Sub(own.LastContact)).String() + " ago", "reachable", asked
 }
 
 func boolText(b bool) string {

@@ -39,6 +39,11 @@ func TestPageRenders(t *testing.T) {
 		want      []string
 		wantNot   []string
 		transfers int
+		// peers adds the peers' answers: c0 says it is cut off, c3 is gone and does not
+		// answer.
+		peers bool
+		// shards adds a shard set "rooms" of 16 shards, 2 of them on the move.
+		shards bool
 	}{
 		{name: "handler_page_is_read_only", page: page{title: "Fleet"},
 			want:    []string{`<b data-leader>c0</b>`, `data-token>7<`, "1m30s", `data-term="6"`, `data-term="7"`, "deadline passed", "5s left", "never leads", `class="gap"`},
@@ -49,10 +54,36 @@ func TestPageRenders(t *testing.T) {
 			want: []string{`role="alert"`, "cannot reach the store: reading the candidates failed", `<span class="bad">unreachable</span>`}},
 		{name: "admin_link", page: page{title: "Fleet", adminLink: "http://127.0.0.1:2019/leader/status"},
 			want: []string{`<a href="http://127.0.0.1:2019/leader/status" data-admin-link>`}},
+		{name: "every_candidate_says_how_it_reaches_the_store", page: page{title: "Fleet"}, peers: true,
+			want: []string{`data-store="reachable"`, "reachable, lease confirmed 1s ago", `data-store="unreachable"`,
+				"unreachable, it says: “cannot reach the store: lease ran out”", "active since 03:04:01: lease lost",
+				"unreachable: no answer: connection refused", `<tr data-candidate="c3" class="gone">`, "not in the registry since 03:03:05"}},
+		{name: "shard_sets_are_summed", page: page{title: "Fleet"}, shards: true,
+			want:    []string{`data-shard-set="rooms"`, `data-shards>16<`, `data-moving>2 `, `<tr data-shard-candidate="c1"><td>c1 (this one)</td><td data-owned>6</td><td>5</td>`},
+			wantNot: []string{`data-election="rooms.`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			snap := snapshotOf(at, c.problem)
+			if c.shards {
+				snap.ShardSets = []electionstatus.ShardSet{{Set: "rooms", Shards: 16, Self: "c1", Moving: 2,
+					Owners: map[string]int{"c0": 5, "c1": 6, "c2": 5},
+					Candidates: []electionstatus.ShardCandidate{
+						{ID: "c0", Priority: 1, Healthy: true, Preferred: 6, Owned: 5},
+						{ID: "c1", Priority: 1, Healthy: true, Preferred: 5, Owned: 6},
+						{ID: "c2", Priority: 1, Healthy: true, Preferred: 5, Owned: 5},
+					}}}
+			}
+			if c.peers {
+				el := &snap.Elections[0]
+				el.Peers = map[string]PeerState{
+					"c0": {Asked: at, View: &SelfView{Self: "c0", Elections: map[string]SelfElection{"main": {
+						StoreProblem: "cannot reach the store: lease ran out", Failsafe: &elector.FailsafeStatus{Enabled: true, Active: true, Since: at.Add(-4 * time.Second), Cause: "lease lost"}}}}},
+					"c3": {Asked: at, Unreachable: "no answer: connection refused"},
+				}
+				el.Gone = []GoneCandidate{{Candidate: electionstatus.Candidate{ID: "c3", URL: "http://127.0.0.1:8004", Priority: 1}, LastListed: at.Add(-time.Minute)}}
+			}
 			var b bytes.Buffer
-			if err := pageTemplate.ExecuteTemplate(&b, "page", c.page.view(snapshotOf(at, c.problem))); err != nil {
+			if err := pageTemplate.ExecuteTemplate(&b, "page", c.page.view(snap)); err != nil {
 				t.Fatal(err)
 			}
 			html := b.String()

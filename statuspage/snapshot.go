@@ -3,7 +3,6 @@ package statuspage
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -19,6 +18,9 @@ type Snapshot struct {
 	At time.Time `json:"at"`
 	// Elections are sorted by name.
 	Elections []Election `json:"elections"`
+	// ShardSets are this instance's shard sets, each summed over its shards (its shards'
+	// elections are not among Elections), sorted by name.
+	ShardSets []electionstatus.ShardSet `json:"shard_sets,omitempty"`
 }
 
 // Election is one election of a Snapshot: GET /leader/'s report of it, its history and
@@ -33,12 +35,23 @@ type Election struct {
 	// StoreProblem says why this instance looks cut off from the store; empty while the
 	// store answers and confirms its lease.
 	StoreProblem string `json:"store_problem,omitempty"`
+	// Gone are the candidates the registry listed lately, but no longer: stopped, crashed
+	// or cut off from the store (see peers.go).
+	Gone []GoneCandidate `json:"gone_candidates,omitempty"`
+	// Peers is what the other candidates, gone ones included, last said of themselves
+	// when this page asked them, by instance_id.
+	Peers map[string]PeerState `json:"peers,omitempty"`
 }
 
 // electionSource is what the page needs of the leader app (caddyleader.App): the elections
 // of this process.
 type electionSource interface {
 	RunningElections() map[string]*elector.Election
+}
+
+// shardSource is a source that also has shard sets (caddyleader.App does).
+type shardSource interface {
+	RunningShardSets(ctx context.Context) []electionstatus.ShardSet
 }
 
 // take reads the elections of src named in only (every one when only is empty). Each election
@@ -54,7 +67,7 @@ func take(ctx context.Context, src electionSource, only []string, kept *keptHist
 	}
 	names := make([]string, 0, len(running))
 	for name := range running {
-		if len(only) == 0 || slices.Contains(only, name) {
+		if shown(only, name) {
 			names = append(names, name)
 		}
 	}
@@ -73,9 +86,46 @@ func take(ctx context.Context, src electionSource, only []string, kept *keptHist
 		})
 	}
 	wg.Wait()
+	if sets, ok := src.(shardSource); ok && src != nil {
+		for _, set := range sets.RunningShardSets(ctx) {
+			if shown(only, set.Set) {
+				snap.ShardSets = append(snap.ShardSets, set)
+			}
+		}
+	}
 	snap.At = time.Now()
 	for i := range snap.Elections {
 		snap.Elections[i].StoreProblem = storeProblem(snap.Elections[i], snap.At)
+	}
+	return snap
+}
+
+// snapshot takes the page's snapshot of src (see take), with the candidates gone from
+// each registry lately and what each other candidate last said of itself, asked at this
+// page's path (empty: not asked).
+func (p *page) snapshot(ctx context.Context, src electionSource, path string) Snapshot {
+	snap := take(ctx, src, p.only, p.kept)
+	for i := range snap.Elections {
+		el := &snap.Elections[i]
+		if el.CandidatesError == "" && p.candidates != nil {
+			el.Gone = p.candidates.gone(el.Election.Election, el.Candidates, snap.At)
+		}
+		ask := func(c electionstatus.Candidate) {
+			at := peerAddress(c.URL, path)
+			if c.ID == el.Self || at == "" || p.peers == nil {
+				return
+			}
+			if el.Peers == nil {
+				el.Peers = make(map[string]PeerState)
+			}
+			el.Peers[c.ID] = p.peers.state(at, c.ID, snap.At)
+		}
+		for _, c := range el.Candidates {
+			ask(c)
+		}
+		for _, g := range el.Gone {
+			ask(g.Candidate)
+		}
 	}
 	return snap
 }

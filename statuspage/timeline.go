@@ -2,6 +2,7 @@ package statuspage
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -48,7 +49,8 @@ type lane struct {
 type termBar struct {
 	Token      int64
 	X, Y, W    float64
-	Class      string // term-current, term-handed-over or term-deadline
+	Class      string // term-current, or the class of how it ended (see endings)
+	Ended      string // how it ended (elector.Ended*); empty for the current term
 	Label      string // the token, when the bar is wide enough to hold it
 	Title      string // the tooltip: who, when, how it ended
 	EndX, EndY float64
@@ -133,16 +135,12 @@ func newTimeline(history []elector.PastTerm, current elector.PastTerm, now time.
 		if end.Before(from) {
 			continue
 		}
-		bar := termBar{Token: s.token, X: x(s.start), Y: laneOf[s.leader], Title: termTitle(s, now)}
+		bar := termBar{Token: s.token, X: x(s.start), Y: laneOf[s.leader], Title: termTitle(s, now), Ended: s.ended}
 		bar.W = max(x(end)-bar.X, 2)
 		bar.EndX, bar.EndY = bar.X+bar.W, bar.Y-2
-		switch {
-		case s.end.IsZero():
-			bar.Class = "term-current"
-		case s.ended == elector.EndedDeadlinePassed:
-			bar.Class = "term-deadline"
-		default:
-			bar.Class = "term-handed-over"
+		bar.Class = "term-current"
+		if !s.end.IsZero() {
+			bar.Class = endingClass(s.ended)
 		}
 		if bar.W >= 30 {
 			bar.Label = fmt.Sprintf("#%d", s.token)
@@ -180,6 +178,34 @@ func newTimeline(history []elector.PastTerm, current elector.PastTerm, now time.
 		tl.Ticks = append(tl.Ticks, tick{X: x(t), Label: t.UTC().Format("15:04:05"), Anchor: anchor})
 	}
 	return tl
+}
+
+// ending is one way a term can end, as the timeline draws it and its legend names it.
+type ending struct {
+	Class, Label string
+	// ended lists the elector.Ended* values drawn so.
+	ended []string
+}
+
+// endings are the ways a term can end, in the legend's order. A value this page does not
+// know (written by a newer release) is drawn as term-ended.
+var endings = []ending{
+	{"term-handover", "handed over (shutdown, reload)", []string{elector.EndedHandedOver}},
+	{"term-resign", "resigned", []string{elector.EndedResigned}},
+	{"term-transfer", "transferred", []string{elector.EndedTransferred}},
+	{"term-deleted", "key deleted by an operator", []string{elector.EndedKeyDeleted}},
+	{"term-deadline", "missed its deadline (store slow or unreachable)", []string{elector.EndedDeadlineMissed}},
+	{"term-crash", "crashed (no word: killed, hung or cut off)", []string{elector.EndedCrashed, elector.EndedDeadlinePassed}},
+}
+
+// endingClass is the class of a term bar that ended as ended says.
+func endingClass(ended string) string {
+	for _, e := range endings {
+		if slices.Contains(e.ended, ended) {
+			return e.Class
+		}
+	}
+	return "term-ended"
 }
 
 // termTitle is the tooltip of a term's bar.

@@ -18,12 +18,14 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
+	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
 // watchScript records in the page when it last began to show each thing: the leader
-// ("leader:c1"), a store problem ("store-problem"), its end ("store-healed") and a term
-// ended by its deadline ("deadline:7"), as Date.now() values in window.shown. The browser's
+// ("leader:c1"), a store problem ("store-problem"), its end ("store-healed") and each
+// ended term with how it ended ("crashed:7", "transferred:5"), as Date.now() values in
+// window.shown. The browser's
 // clock and the test's are the same machine's, so a change's delay to the page is the
 // difference between when the test saw the change and when the page showed it.
 const watchScript = `(() => {
@@ -37,7 +39,7 @@ const watchScript = `(() => {
     if (l && l.textContent !== leader) { leader = l.textContent; window.shown["leader:" + leader] = now; }
     const p = !!document.querySelector(".store-problem");
     if (p !== problem) { problem = p; window.shown[p ? "store-problem" : "store-healed"] = now; }
-    document.querySelectorAll("g.term-deadline").forEach(g => { const k = "deadline:" + g.dataset.term; if (!(k in window.shown)) window.shown[k] = now; });
+    document.querySelectorAll("g.term[data-ended]").forEach(g => { const k = g.dataset.ended + ":" + g.dataset.term; if (!(k in window.shown)) window.shown[k] = now; });
   };
   note();
   new MutationObserver(note).observe(document.getElementById("live"), {childList: true, subtree: true});
@@ -212,11 +214,38 @@ func TestStatusPage(t *testing.T) {
 	if !strings.HasPrefix(result, "200: ") || !strings.Contains(result, `"leader":"`+target.ID+`"`) {
 		t.Errorf("the admin page says %q after the transfer", result)
 	}
-	// The ended term shows in the timeline once the successor has recorded it.
-	do(t, tab, "waiting for the handed-over term", chromedp.WaitVisible(fmt.Sprintf(`g.term-handed-over[data-term="%d"]`, token)))
+	// The ended term shows in the timeline, as transferred, once the successor has
+	// recorded it; the table of ended terms says so too.
+	shownAt(t, tab, "transferred:"+strconv.FormatInt(token, 10), clicked)
+	do(t, tab, "waiting for the transferred term", chromedp.WaitVisible(fmt.Sprintf(`g.term-transfer[data-term="%d"]`, token)))
+	if ended := get(t, tab, "reading how the term ended", chromedp.Text(fmt.Sprintf(`tr[data-past-term="%d"] td[data-ended]`, token), chromedp.NodeReady)); ended != "transferred" {
+		t.Errorf("the table of ended terms says term %d ended %q, want transferred", token, ended)
+	}
+
+	// Every candidate's own word on its failsafe state and its link to the store: the
+	// watcher's page asks each peer's page for it. The first leader, a follower since the
+	// transfer, is cut off from etcd: it says so, and the watcher's page shows it, even
+	// once its registry entry has run out with its lease (it is then shown as gone).
+	third := leader
+	storeCell := fmt.Sprintf(`section[data-election="default"] tr[data-candidate=%q] td[data-store]`, third.ID)
+	waitText(t, tab, storeCell, func(s string) bool { return strings.HasPrefix(s, "reachable") })
+	if fs := get(t, tab, "reading a peer's failsafe state", chromedp.Text(fmt.Sprintf(`section[data-election="default"] tr[data-candidate=%q] td[data-failsafe]`, third.ID))); fs != "off" {
+		t.Errorf("%s's failsafe state reads %q on the page, want off (the fleet runs without failsafe)", third.ID, fs)
+	}
+	f.links[third.ID].Blackhole()
+	peerCut := time.Now()
+	said := waitText(t, tab, storeCell, func(s string) bool { return strings.HasPrefix(s, "unreachable, it says: “cannot reach the store") })
+	t.Logf("MEASURED %s cut off from etcd: %s's page shows it, in %s's own words, %v after the cut: %q",
+		third.ID, watcher.ID, third.ID, time.Since(peerCut).Round(time.Millisecond), said)
+	waitText(t, tab, fmt.Sprintf(`section[data-election="default"] tr[data-candidate=%q].gone td[data-store]`, third.ID),
+		func(s string) bool { return strings.HasPrefix(s, "unreachable, it says: “cannot reach the store") })
+	writeScreenshot(t, "status-page-peer-cut.png", get(t, tab, "screenshot of the page with a peer cut off", chromedp.FullScreenshot(100)))
+	f.links[third.ID].Heal()
+	waitText(t, tab, fmt.Sprintf(`section[data-election="default"] tr[data-candidate=%q].follower td[data-store]`, third.ID),
+		func(s string) bool { return strings.HasPrefix(s, "reachable") })
 
 	// SIGKILL of the new leader: the page shows who takes over, and the killed term as
-	// ended by its deadline.
+	// crashed (its successor waited out its deadline without a word from it).
 	killedToken := w.Token
 	target.Signal(syscall.SIGKILL)
 	killedAt := time.Now()
@@ -224,12 +253,18 @@ func TestStatusPage(t *testing.T) {
 	shown = shownAt(t, tab, "leader:"+w.Leader, killedAt)
 	t.Logf("MEASURED SIGKILL of %s: %s leads %v after the kill; on the page %v after %s saw it",
 		target.ID, w.Leader, changed.Sub(killedAt).Round(time.Millisecond), shown.Sub(changed).Round(time.Millisecond), watcher.ID)
-	recorded := shownAt(t, tab, "deadline:"+strconv.FormatInt(killedToken, 10), killedAt)
+	recorded := shownAt(t, tab, elector.EndedCrashed+":"+strconv.FormatInt(killedToken, 10), killedAt)
+	if n := get(t, tab, "finding the crashed term's bar", chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll('g.term-crash[data-term="%d"]').length`, killedToken))); n != 1 {
+		t.Errorf("the killed term %d is not drawn as crashed", killedToken)
+	}
 	// The time nobody led, from the killed term's end to its successor's start, is a band.
 	if gaps := get(t, tab, "counting the leaderless gaps", chromedp.Evaluate[int](`document.querySelectorAll("svg.timeline rect.gap").length`)); gaps < 1 {
 		t.Errorf("the timeline shows no time without a leader after a SIGKILL of the leader")
 	}
-	t.Logf("MEASURED the killed term %d shows as ended by its deadline %v after the new leader did", killedToken, recorded.Sub(shown).Round(time.Millisecond))
+	t.Logf("MEASURED the killed term %d shows as crashed %v after the new leader did", killedToken, recorded.Sub(shown).Round(time.Millisecond))
+	// The killed instance does not answer the watcher's page: it is shown unreachable.
+	waitText(t, tab, fmt.Sprintf(`section[data-election="default"] tr[data-candidate=%q] td[data-store]`, target.ID),
+		func(s string) bool { return strings.HasPrefix(s, "unreachable: no answer") })
 
 	writeScreenshot(t, "status-page.png", get(t, tab, "screenshot of the page", chromedp.FullScreenshot(100)))
 	do(t, admin, "reloading the admin page", chromedp.Reload(), chromedp.WaitVisible("[data-resign]"))
@@ -245,7 +280,7 @@ func TestStatusPage(t *testing.T) {
 		t.Errorf("the store problem reads %q", problem)
 	}
 	// The history read last goes on showing while the store does not answer.
-	if n := get(t, tab, "counting the ended terms", chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll('g.term-handed-over[data-term="%d"], g.term-deadline[data-term="%d"]').length`, token, killedToken))); n != 2 {
+	if n := get(t, tab, "counting the ended terms", chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll('g.term-transfer[data-term="%d"], g.term-crash[data-term="%d"]').length`, token, killedToken))); n != 2 {
 		t.Errorf("with the store cut off the timeline shows %d of the 2 ended terms", n)
 	}
 	writeScreenshot(t, "status-page-store-cut.png", get(t, tab, "screenshot of the cut-off page", chromedp.FullScreenshot(100)))

@@ -2,9 +2,11 @@ package electortest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,6 +63,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"expired_lease_is_seen", expiredLease},
 		{"renew_keeps_the_lease", renewKeeps},
 		{"released_after_acknowledge", releasedAfterAcknowledge},
+		{"acknowledgement_says_why", acknowledgementSaysWhy},
 		{"not_released_while_the_lease_lives", notReleasedWhileAlive},
 		{"acknowledgement_outlives_the_lease", acknowledgementOutlivesTheLease},
 		{"without_a_lease_only_the_acknowledgement_counts", onlyTheAcknowledgementCounts},
@@ -270,7 +273,7 @@ func tokensIncrease(t *testing.T, h *harness) {
 	if got := h.observe(a); got.Holder.Token != last {
 		t.Fatalf("Update changed the token from %d to %d", last, got.Holder.Token)
 	}
-	if err := a.Release(h.ctx(), h.election, last, la); err != nil {
+	if err := a.Release(h.ctx(), h.election, last, la, elector.EndedResigned); err != nil {
 		t.Fatal(err)
 	}
 	b, lb, _ := h.client()
@@ -280,7 +283,7 @@ func tokensIncrease(t *testing.T, h *harness) {
 	}
 	// The same lease campaigning again after a release starts a new term too.
 	next(h.win(a, la, "a"), "revoke")
-	if err := a.Release(h.ctx(), h.election, last, la); err != nil {
+	if err := a.Release(h.ctx(), h.election, last, la, elector.EndedResigned); err != nil {
 		t.Fatal(err)
 	}
 	next(h.win(a, la, "a"), "release and campaign under the same lease")
@@ -293,12 +296,12 @@ func releaseHandsOver(t *testing.T, h *harness) {
 	if lost, err := b.Campaign(h.ctx(), h.election, []byte("b"), lb); err != nil || lost.Holder.Lease != la {
 		t.Fatalf("b's campaign while a holds: %+v %v", lost.Holder, err)
 	}
-	if err := a.Release(h.ctx(), h.election, o.Holder.Token, la); err != nil {
+	if err := a.Release(h.ctx(), h.election, o.Holder.Token, la, elector.EndedTransferred); err != nil {
 		t.Fatal(err)
 	}
 	// No Advance: the key is free at once, not when a's lease runs out.
 	won := h.win(b, lb, "b")
-	h.released(won, b, o.Holder.Token, la, "Released after Release")
+	h.released(won, b, o.Holder.Token, la, elector.EndedTransferred, "Released after Release")
 	if _, err := a.Renew(h.ctx(), la); err != nil {
 		t.Fatalf("Release must keep the lease: Renew: %v", err)
 	}
@@ -308,11 +311,11 @@ func staleRelease(t *testing.T, h *harness) {
 	a, la, _ := h.client()
 	b, lb, _ := h.client()
 	old := h.win(a, la, "a")
-	if err := a.Release(h.ctx(), h.election, old.Holder.Token, la); err != nil {
+	if err := a.Release(h.ctx(), h.election, old.Holder.Token, la, elector.EndedResigned); err != nil {
 		t.Fatal(err)
 	}
 	succ := h.win(b, lb, "b")
-	if err := a.Release(h.ctx(), h.election, old.Holder.Token, la); err != nil {
+	if err := a.Release(h.ctx(), h.election, old.Holder.Token, la, elector.EndedResigned); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := a.Update(h.ctx(), h.election, old.Holder.Token, []byte("a again")); err != nil || ok {
@@ -340,7 +343,7 @@ func revokedLease(t *testing.T, h *harness) {
 	if got := h.observe(b); got.Holder != nil {
 		t.Fatalf("key still held after its lease was revoked: %+v", got.Holder)
 	}
-	if ok, err := b.Released(h.ctx(), h.election, o.Holder.Token, la); err != nil || !ok {
+	if ok, _, err := b.Released(h.ctx(), h.election, o.Holder.Token, la); err != nil || !ok {
 		t.Fatalf("Released after the lease was revoked = %v, %v; want true", ok, err)
 	}
 }
@@ -357,7 +360,7 @@ func expiredLease(t *testing.T, h *harness) {
 	if _, err := a.Renew(h.ctx(), la); !errors.Is(err, elector.ErrLeaseNotFound) {
 		t.Fatalf("Renew of an expired lease: %v, want ErrLeaseNotFound", err)
 	}
-	if ok, err := b.Released(h.ctx(), h.election, o.Holder.Token, la); err != nil || !ok {
+	if ok, _, err := b.Released(h.ctx(), h.election, o.Holder.Token, la); err != nil || !ok {
 		t.Fatalf("Released after the lease expired = %v, %v; want true", ok, err)
 	}
 	lb, _, err := b.Grant(h.ctx(), h.TTL)
@@ -392,23 +395,23 @@ func releasedAfterAcknowledge(t *testing.T, h *harness) {
 	b, _, _ := h.client()
 	o := h.win(a, la, "a")
 	tok := o.Holder.Token
-	if ok, err := b.Released(h.ctx(), h.election, tok, la); err != nil || ok {
+	if ok, _, err := b.Released(h.ctx(), h.election, tok, la); err != nil || ok {
 		t.Fatalf("Released while the holder leads = %v, %v; want false", ok, err)
 	}
-	if err := a.Acknowledge(h.ctx(), h.election, tok, la); err != nil {
+	if err := a.Acknowledge(h.ctx(), h.election, tok, la, elector.EndedKeyDeleted); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := b.Released(h.ctx(), h.election, tok, la); err != nil || !ok {
+	if ok, _, err := b.Released(h.ctx(), h.election, tok, la); err != nil || !ok {
 		t.Fatalf("Released after Acknowledge = %v, %v; want true", ok, err)
 	}
-	if ok, err := b.Released(h.ctx(), h.election, tok+1, la); err != nil || ok {
+	if ok, _, err := b.Released(h.ctx(), h.election, tok+1, la); err != nil || ok {
 		t.Fatalf("an acknowledgement of token %d released token %d: %v, %v", tok, tok+1, ok, err)
 	}
 	// Acknowledging under a lease that is gone is no error: Released says true anyway.
 	if err := a.Revoke(h.ctx(), la); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Acknowledge(h.ctx(), h.election, tok, la); err != nil {
+	if err := a.Acknowledge(h.ctx(), h.election, tok, la, elector.EndedKeyDeleted); err != nil {
 		t.Fatalf("Acknowledge after the lease is gone: %v", err)
 	}
 }
@@ -419,16 +422,16 @@ func acknowledgementOutlivesTheLease(t *testing.T, h *harness) {
 	a, la, _ := h.client()
 	b, _, _ := h.client()
 	tok := h.win(a, la, "a").Holder.Token
-	if err := a.Release(h.ctx(), h.election, tok, la); err != nil {
+	if err := a.Release(h.ctx(), h.election, tok, la, elector.EndedResigned); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Revoke(h.ctx(), la); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := b.Released(h.ctx(), h.election, tok, 0); err != nil || !ok {
+	if ok, _, err := b.Released(h.ctx(), h.election, tok, 0); err != nil || !ok {
 		t.Fatalf("Released(lease 0) after Release and Revoke = %v, %v; want true", ok, err)
 	}
-	if ok, err := b.Released(h.ctx(), h.election, tok, 0); err != nil || ok {
+	if ok, _, err := b.Released(h.ctx(), h.election, tok, 0); err != nil || ok {
 		t.Fatalf("Released(lease 0) a second time = %v, %v; want false: the acknowledgement is consumed", ok, err)
 	}
 }
@@ -443,10 +446,10 @@ func onlyTheAcknowledgementCounts(t *testing.T, h *harness) {
 	if err := b.Revoke(h.ctx(), la); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := b.Released(h.ctx(), h.election, tok, 0); err != nil || ok {
+	if ok, _, err := b.Released(h.ctx(), h.election, tok, 0); err != nil || ok {
 		t.Fatalf("Released(lease 0) after a revoke without acknowledgement = %v, %v; want false", ok, err)
 	}
-	if ok, err := b.Released(h.ctx(), h.election, tok, la); err != nil || !ok {
+	if ok, _, err := b.Released(h.ctx(), h.election, tok, la); err != nil || !ok {
 		t.Fatalf("Released(lease) after the revoke = %v, %v; want true", ok, err)
 	}
 }
@@ -458,7 +461,7 @@ func notReleasedWhileAlive(t *testing.T, h *harness) {
 	b, _, _ := h.client()
 	o := h.win(a, la, "a")
 	h.Advance(ttl * 3 / 4)
-	released, err := b.Released(h.ctx(), h.election, o.Holder.Token, la)
+	released, _, err := b.Released(h.ctx(), h.election, o.Holder.Token, la)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +495,7 @@ func updateGuarded(t *testing.T, h *harness) {
 	if got.Holder == nil || string(got.Holder.Value) != "a2" || got.Holder.Lease != la || got.Holder.Token != tok {
 		t.Fatalf("after updates the key is %+v, want value a2 under lease %d, token %d", got.Holder, la, tok)
 	}
-	if err := a.Release(h.ctx(), h.election, tok, la); err != nil {
+	if err := a.Release(h.ctx(), h.election, tok, la, elector.EndedResigned); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := a.Update(h.ctx(), h.election, tok, []byte("z")); err != nil || ok {
@@ -534,7 +537,7 @@ func watchOrder(t *testing.T, h *harness) {
 		})
 	}
 	step("release", func() {
-		if err := a.Release(h.ctx(), h.election, tok, la); err != nil {
+		if err := a.Release(h.ctx(), h.election, tok, la, elector.EndedResigned); err != nil {
 			t.Fatal(err)
 		}
 	}, func(o elector.Observation) bool { return o.Holder == nil })
@@ -683,17 +686,17 @@ func releaseAcknowledgesGoneKey(t *testing.T, h *harness) {
 	a, la, _ := h.client()
 	b, lb, _ := h.client()
 	o := h.win(a, la, "a")
-	if err := a.Release(h.ctx(), h.election, o.Holder.Token, la); err != nil {
+	if err := a.Release(h.ctx(), h.election, o.Holder.Token, la, elector.EndedResigned); err != nil {
 		t.Fatal(err)
 	}
 	won := h.win(b, lb, "b")
-	h.released(won, b, o.Holder.Token, 0, "Released after Release")
+	h.released(won, b, o.Holder.Token, 0, elector.EndedResigned, "Released after Release")
 	// The acknowledgement was consumed; releasing again acknowledges again, and spares
 	// b's key.
-	if err := a.Release(h.ctx(), h.election, o.Holder.Token, la); err != nil {
+	if err := a.Release(h.ctx(), h.election, o.Holder.Token, la, elector.EndedResigned); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := b.Released(h.ctx(), h.election, o.Holder.Token, 0); err != nil || !ok {
+	if ok, _, err := b.Released(h.ctx(), h.election, o.Holder.Token, 0); err != nil || !ok {
 		t.Fatalf("Released after a Release of a key already gone = %v, %v; want true", ok, err)
 	}
 	if got := h.observe(b); got.Holder == nil || string(got.Holder.Value) != "b" {
@@ -720,7 +723,7 @@ func campaignNamesPrev(t *testing.T, h *harness) {
 	if lost, err := b.Campaign(h.ctx(), h.election, []byte("b"), lb); err != nil || lost.Prev != 0 {
 		t.Fatalf("a losing campaign: Prev = %d, %v; want 0", lost.Prev, err)
 	}
-	if err := a.Release(h.ctx(), h.election, first.Holder.Token, la); err != nil {
+	if err := a.Release(h.ctx(), h.election, first.Holder.Token, la, elector.EndedResigned); err != nil {
 		t.Fatal(err)
 	}
 	second := h.win(b, lb, "b")
@@ -768,14 +771,53 @@ func expireUnwritten(t *testing.T, h *harness) {
 }
 
 // released checks that the successor b, which won with observation won, learns that the
-// holder of term token (under lease) acknowledged its end: from the campaign itself
-// (PrevReleased, which may consume the acknowledgement), or else from Released.
-func (h *harness) released(won elector.Observation, b elector.Backend, token int64, lease elector.LeaseID, what string) {
+// holder of term token (under lease) acknowledged its end, and why: from the campaign
+// itself (PrevReleased and PrevWhy, which may consume the acknowledgement), or else from
+// Released.
+func (h *harness) released(won elector.Observation, b elector.Backend, token int64, lease elector.LeaseID, why, what string) {
 	h.t.Helper()
 	if won.PrevReleased && won.Prev == token {
+		if won.PrevWhy != why {
+			h.t.Fatalf("%s: the campaign's PrevWhy = %q, want %q", what, won.PrevWhy, why)
+		}
 		return
 	}
-	if ok, err := b.Released(h.ctx(), h.election, token, lease); err != nil || !ok {
+	ok, got, err := b.Released(h.ctx(), h.election, token, lease)
+	if err != nil || !ok {
 		h.t.Fatalf("%s = %v, %v; want true", what, ok, err)
+	}
+	if got != why {
+		h.t.Fatalf("%s: why = %q, want %q", what, got, why)
+	}
+}
+
+// acknowledgementSaysWhy: the why of an acknowledgement, written by Acknowledge or
+// Release, comes back to the successor as it was written, whichever way it learns of the
+// acknowledgement. An empty why is how an instance of an older release acknowledges (the
+// stores kept no reason then): it must still count as an acknowledgement.
+func acknowledgementSaysWhy(t *testing.T, h *harness) {
+	a, la, ttl := h.client()
+	b, lb, _ := h.client()
+	h.keepAlive(a, la, ttl) // the cases together outlast a ttl
+	h.keepAlive(b, lb, ttl)
+	for _, why := range []string{elector.EndedHandedOver, elector.EndedResigned, elector.EndedTransferred,
+		elector.EndedKeyDeleted, elector.EndedDeadlineMissed, ""} {
+		t.Run(strings.ReplaceAll(cmp.Or(why, "no reason"), " ", "_"), func(t *testing.T) {
+			// A fresh election each, bound to this subtest.
+			h := &harness{Harness: h.Harness, t: t, election: h.Election()}
+			tok := h.win(a, la, "a").Holder.Token
+			if err := a.Acknowledge(h.ctx(), h.election, tok, la, why); err != nil {
+				t.Fatal(err)
+			}
+			ok, got, err := b.Released(h.ctx(), h.election, tok, 0)
+			if err != nil || !ok || got != why {
+				t.Fatalf("Released after Acknowledge(%q) = %v, %q, %v; want true, %q", why, ok, got, err, why)
+			}
+			// Consumed: the release of the same term acknowledges it anew.
+			if err := a.Release(h.ctx(), h.election, tok, la, why); err != nil {
+				t.Fatal(err)
+			}
+			h.released(h.win(b, lb, "b"), b, tok, 0, why, "Released after Release")
+		})
 	}
 }

@@ -33,9 +33,9 @@ type Store struct {
 	cands     map[string]map[string]candidate // election -> id -> entry
 	// candRev counts the changes of each election's candidates, for their watches.
 	candRev  map[string]int64
-	acks     map[string]map[int64]time.Time // election -> token -> when it expires
-	terms    map[string][][]byte            // election -> ended terms, oldest first
-	lastTerm map[string]int64               // election -> token of its newest term
+	acks     map[string]map[int64]ack // election -> token -> acknowledgement
+	terms    map[string][][]byte      // election -> ended terms, oldest first
+	lastTerm map[string]int64         // election -> token of its newest term
 	down     error
 	changed  chan struct{} // closed and replaced on every write
 }
@@ -68,7 +68,7 @@ func NewStore() *Store {
 		intents:   make(map[string]intent),
 		cands:     make(map[string]map[string]candidate),
 		candRev:   make(map[string]int64),
-		acks:      make(map[string]map[int64]time.Time),
+		acks:      make(map[string]map[int64]ack),
 		terms:     make(map[string][][]byte),
 		lastTerm:  make(map[string]int64),
 		changed:   make(chan struct{}),
@@ -409,8 +409,8 @@ func (c *Client) Campaign(ctx context.Context, election string, value []byte, le
 		c.s.writeLocked(election, &elector.Holder{Value: clone(value), Lease: lease, Token: k.token})
 		o := c.s.observationLocked(election)
 		o.Prev, c.s.lastTerm[election] = c.s.lastTerm[election], k.token
-		if expires, ok := c.s.acks[election][o.Prev]; ok && c.s.now.Before(expires) {
-			o.PrevReleased = true
+		if a, ok := c.s.acks[election][o.Prev]; ok && c.s.now.Before(a.expires) {
+			o.PrevReleased, o.PrevWhy = true, a.why
 		}
 		return o, nil
 	}
@@ -491,48 +491,55 @@ func (c *Client) Update(ctx context.Context, election string, token int64, value
 }
 
 // Acknowledge implements elector.Backend.
-func (c *Client) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+func (c *Client) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
 	defer c.s.mu.Unlock()
-	c.s.ackLocked(election, token, lease)
+	c.s.ackLocked(election, token, lease, why)
 	return nil
+}
+
+// ack is the acknowledgement of a term's end: why it ended, and when the acknowledgement
+// expires.
+type ack struct {
+	why     string
+	expires time.Time
 }
 
 // ackLocked records the acknowledgement of term token. It outlives the holder's lease (the
 // holder may revoke it right after) and expires after the lease's TTL, a minute if the
 // lease is unknown.
-func (s *Store) ackLocked(election string, token int64, lease elector.LeaseID) {
+func (s *Store) ackLocked(election string, token int64, lease elector.LeaseID, why string) {
 	ttl := time.Minute
 	if l, ok := s.leases[lease]; ok {
 		ttl = l.ttl
 	}
 	if s.acks[election] == nil {
-		s.acks[election] = make(map[int64]time.Time)
+		s.acks[election] = make(map[int64]ack)
 	}
-	s.acks[election][token] = s.now.Add(ttl)
+	s.acks[election][token] = ack{why: why, expires: s.now.Add(ttl)}
 	s.rev++
 	s.wakeLocked()
 }
 
 // Released implements elector.Backend.
-func (c *Client) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, error) {
+func (c *Client) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, string, error) {
 	if err := c.lock(ctx); err != nil {
-		return false, err
+		return false, "", err
 	}
 	defer c.s.mu.Unlock()
-	if expires, ok := c.s.acks[election][token]; ok {
+	if a, ok := c.s.acks[election][token]; ok {
 		delete(c.s.acks[election], token) // consumed
-		if c.s.now.Before(expires) {
-			return true, nil
+		if c.s.now.Before(a.expires) {
+			return true, a.why, nil
 		}
 	}
 	if lease == 0 {
-		return false, nil
+		return false, "", nil
 	}
 	_, alive := c.s.leases[lease]
-	return !alive, nil
+	return !alive, "", nil
 }
 
 // Expire implements elector.Backend.
@@ -549,7 +556,7 @@ func (c *Client) Expire(ctx context.Context, election string, token, rev int64) 
 }
 
 // Release implements elector.Backend.
-func (c *Client) Release(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+func (c *Client) Release(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
 	if err := c.failing("Release"); err != nil {
 		return err
 	}
@@ -557,7 +564,7 @@ func (c *Client) Release(ctx context.Context, election string, token int64, leas
 		return err
 	}
 	defer c.s.mu.Unlock()
-	c.s.ackLocked(election, token, lease)
+	c.s.ackLocked(election, token, lease, why)
 	if k, ok := c.s.keys[election]; ok && k.token == token {
 		c.s.deleteLocked(election)
 	}

@@ -168,7 +168,7 @@ func TestHistoryRecordsATermNobodyElseFollowed(t *testing.T) {
 	})
 	f.Await("the resigned term in the history", within, func() bool {
 		h, err := m.Election.History(ctx)
-		return err == nil && len(h) == 1 && h[0].Token == token && h[0].Leader == m.ID && h[0].Ended == elector.EndedHandedOver
+		return err == nil && len(h) == 1 && h[0].Token == token && h[0].Leader == m.ID && h[0].Ended == elector.EndedResigned
 	})
 }
 

@@ -35,6 +35,22 @@ type Guard struct {
 	running bool               // the watcher runs
 
 	reporter atomic.Pointer[func(Cut)]
+	// group, when set, labels the guard's metrics instead of the election's name, with
+	// no token: a shard set's elections are counted together (see SetMetricGroup).
+	group atomic.Pointer[string]
+}
+
+// SetMetricGroup makes the guard count its connections in the metrics under group instead
+// of its election's name, and without a series per term: for the elections of a shard set,
+// which may have thousands, each with terms of its own.
+func (g *Guard) SetMetricGroup(group string) { g.group.Store(&group) }
+
+// labels are the election and token labels of a connection admitted under term t.
+func (g *Guard) labels(t *elector.Term) (election, token string) {
+	if group := g.group.Load(); group != nil {
+		return *group, ""
+	}
+	return t.Election, termLabel(t.Token)
 }
 
 // Cut is a batch of connections cut at once for one reason, as a reporter hears of it.
@@ -131,7 +147,8 @@ func (g *Guard) Track(conn net.Conn, t *elector.Term, opt Options) *Conn {
 
 func (g *Guard) track(conn net.Conn, t *elector.Term, opt Options, follower bool) *Conn {
 	c := &Conn{Conn: conn, g: g, term: t, drain: opt.Drain, kind: opt.Kind, follower: follower}
-	gauge := metrics.open.WithLabelValues(t.Election, opt.Kind, termLabel(t.Token))
+	election, token := g.labels(t)
+	gauge := metrics.open.WithLabelValues(election, opt.Kind, token)
 	gauge.Inc()
 	c.gauge = gauge
 	g.mu.Lock()
@@ -355,7 +372,8 @@ func (c *Conn) cut(reason string) bool {
 		c.isCut.Store(true)
 		c.g.forget(c)
 		_ = c.Conn.Close()
-		metrics.cut.WithLabelValues(c.term.Election, c.kind, reasonOr(reason)).Inc()
+		election, _ := c.g.labels(c.term)
+		metrics.cut.WithLabelValues(election, c.kind, reasonOr(reason)).Inc()
 	})
 	return closed
 }

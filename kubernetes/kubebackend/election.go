@@ -207,8 +207,8 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 // Release implements elector.Backend. The acknowledgement goes first: two objects cannot
 // change in one request, and an acknowledgement of a term whose key stays (a stale
 // release) is true anyway, since only the term's holder releases it.
-func (b *Backend) Release(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
-	if err := b.Acknowledge(ctx, election, token, lease); err != nil {
+func (b *Backend) Release(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
+	if err := b.Acknowledge(ctx, election, token, lease, why); err != nil {
 		return err
 	}
 	for {
@@ -232,8 +232,9 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 }
 
 // Acknowledge implements elector.Backend with an object of its own that expires (by its
-// observers, see reaper.go) after the lease's duration.
-func (b *Backend) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID) error {
+// observers, see reaper.go) after the lease's duration; an annotation says why (none in
+// the acknowledgements of earlier releases).
+func (b *Backend) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
 	leases, err := b.client()
 	if err != nil {
 		return err
@@ -247,6 +248,9 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 			Annotations: map[string]string{annElection: election, annToken: strconv.FormatInt(token, 10)}},
 		Spec: coordv1.LeaseSpec{LeaseDurationSeconds: &secs},
 	}
+	if why != "" {
+		obj.Annotations[annWhy] = why
+	}
 	_, err = leases.Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return b.describe("create", err)
@@ -254,24 +258,33 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	return nil
 }
 
-// Released implements elector.Backend: deleting the acknowledgement consumes it.
-func (b *Backend) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, error) {
+// Released implements elector.Backend: deleting the acknowledgement consumes it. It is
+// read first, for its why: a delete does not return the object deleted. The delete is
+// conditional on that very object, so that of two readers only one consumes it.
+func (b *Backend) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, string, error) {
 	leases, err := b.client()
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
-	err = leases.Delete(ctx, b.ackName(election, token), metav1.DeleteOptions{})
-	if err == nil {
-		return true, nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return false, b.describe("delete", err)
+	name := b.ackName(election, token)
+	ack, err := leases.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		err = leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &ack.UID}})
+		if err == nil {
+			return true, ack.Annotations[annWhy], nil
+		}
+		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return false, "", b.describe("delete", err)
+		}
+	case !apierrors.IsNotFound(err):
+		return false, "", b.describe("get", err)
 	}
 	if lease == 0 {
-		return false, nil
+		return false, "", nil
 	}
 	ok, err := b.alive(ctx, lease)
-	return !ok && err == nil, err
+	return !ok && err == nil, "", err
 }
 
 // Watch implements elector.Backend with a watch of the election object, resumed from its

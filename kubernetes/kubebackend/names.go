@@ -34,6 +34,7 @@ const (
 	annToken    = "caddy-leader.io/token"
 	annID       = "caddy-leader.io/candidate"
 	annHistory  = "caddy-leader.io/history" // JSON array of base64 entries
+	annWhy      = "caddy-leader.io/why"     // why an acknowledged term ended
 
 	kindLease     = "lease"
 	kindElection  = "election"

@@ -1,11 +1,15 @@
 package fleet
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/caddyleader/caddy-leader/shards"
 )
 
 // DefaultTTL is an instance's lease TTL unless its Config says otherwise: etcd's minimum
@@ -74,7 +78,43 @@ type Config struct {
 	// AdminOrigins, when set, are origins the instance's admin endpoint accepts besides
 	// its own address (a browser following a link from one of them to the admin API).
 	AdminOrigins func(in *Instance) []string
+	// Shards, when above 0, gives the leader app a shard set of that many shards, named
+	// ShardSet, and routes /gated by key through it: the gate admits a request on the
+	// owner of its key's shard (ShardKey), and the backend is sent the shard as X-Shard.
+	Shards int
+	// MaxMoves is the shard set's max_moves; 0 leaves the default.
+	MaxMoves int
+	// ShardKey is the gate's shard_key; empty means ShardKeyPath, the path segment after
+	// /gated, so that `/gated/<key>` routes by key (see ShardKeys).
+	ShardKey string
 }
+
+// ShardSet is the name of the shard set of a Config with Shards.
+const ShardSet = "keys"
+
+// ShardKeyPath is the default shard key: the path segment after /gated.
+const ShardKeyPath = "{http.request.uri.path.1}"
+
+// ShardKeys returns, for a Config with Shards, one key per shard (key i falls into shard
+// i), so that clients that cycle through them load every shard alike; nil without Shards.
+func (c Config) ShardKeys() []string {
+	if c.Shards <= 0 {
+		return nil
+	}
+	keys := make([]string, c.Shards)
+	found := 0
+	for n := 0; found < c.Shards; n++ {
+		k := "k" + strconv.Itoa(n)
+		if s := shards.Of(k, c.Shards); keys[s] == "" {
+			keys[s] = k
+			found++
+		}
+	}
+	return keys
+}
+
+// ShardElection is the name of shard s's election in a Config with Shards.
+func ShardElection(s int) string { return ShardSet + "." + strconv.Itoa(s) }
 
 // JSON renders c as the complete Caddy configuration of instance in:
 //
@@ -101,6 +141,9 @@ func (c Config) JSON(in *Instance) []byte {
 	}
 	if c.CancelOnLoss {
 		gate["cancel_on_loss"] = true
+	}
+	if c.Shards > 0 {
+		gate["shard_set"], gate["shard_key"] = ShardSet, cmp.Or(c.ShardKey, ShardKeyPath)
 	}
 	endpoints := c.Endpoints
 	if eps, ok := c.InstanceEndpoints[in.ID]; ok {
@@ -134,6 +177,9 @@ func (c Config) JSON(in *Instance) []byte {
 		if c.Variant != "" {
 			set["X-Config-Variant"] = []string{c.Variant}
 		}
+		if c.Shards > 0 {
+			set["X-Shard"] = []string{"{http.leader.shard}"}
+		}
 		gated = map[string]any{
 			"handler":   "reverse_proxy",
 			"upstreams": []map[string]any{{"dial": strings.TrimPrefix(c.Backend, "http://")}},
@@ -166,6 +212,13 @@ func (c Config) JSON(in *Instance) []byte {
 	}
 	if c.DrainTimeout != "" {
 		leaderApp["drain_timeout"] = c.DrainTimeout
+	}
+	if c.Shards > 0 {
+		set := map[string]any{"shards": c.Shards}
+		if c.MaxMoves > 0 {
+			set["max_moves"] = c.MaxMoves
+		}
+		leaderApp["shard_sets"] = map[string]any{ShardSet: set}
 	}
 	if p, ok := c.Priority[in.ID]; ok {
 		leaderApp["priority"] = p

@@ -25,7 +25,10 @@ type Arrival struct {
 	ReqID    string
 	ServedBy string
 	Token    int64
-	Marked   bool // still carried the forwarding mark: the gate should have removed it
+	// Shard is the request's shard, from X-Shard (see fleet.Config.Shards); -1 when the
+	// fleet has no shard set.
+	Shard  int
+	Marked bool // still carried the forwarding mark: the gate should have removed it
 	// URI is the request URI as the application got it; OriginalURI is the one the serving
 	// instance was sent, before its rewrites.
 	URI, OriginalURI string
@@ -102,10 +105,15 @@ func StartBackend(t *testing.T) *Backend {
 // record logs r's arrival and returns it with its index in the log.
 func (b *Backend) record(r *http.Request) (Arrival, int) {
 	token, _ := strconv.ParseInt(r.Header.Get("X-Fencing-Token"), 10, 64)
+	shard, err := strconv.Atoi(r.Header.Get("X-Shard"))
+	if err != nil {
+		shard = -1
+	}
 	a := Arrival{
 		ReqID:       r.Header.Get("X-Req-Id"),
 		ServedBy:    r.Header.Get("X-Served-By"),
 		Token:       token,
+		Shard:       shard,
 		Marked:      r.Header.Get("Caddy-Leader-Forwarded-By") != "",
 		URI:         r.URL.RequestURI(),
 		OriginalURI: r.Header.Get("X-Original-URI"),

@@ -45,6 +45,9 @@ type Report struct {
 	Unstamp    int            // arrivals without a token or without gate stamps (a harness fault)
 	Problems   []string       // the first few offending arrivals, for the test's error
 	Extra      map[string]int // scenario-specific counts, for the notes column
+	// Shards, ShardsMoved and ShardTerms are set by CheckShards: the shards that requests
+	// arrived for, those whose term changed after the fault, and the terms of all of them.
+	Shards, ShardsMoved, ShardTerms int
 
 	// Times relative to the fault (zero when there is none).
 	OldLastAdmit time.Duration // the old term's last gate entry after the fault (negative: before)
@@ -75,11 +78,7 @@ func Check(name string, results []Outcome, log []Arrival, oldToken int64, faultA
 			rep.Errors++
 		}
 	}
-	problem := func(format string, args ...any) {
-		if len(rep.Problems) < 10 {
-			rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...))
-		}
-	}
+	problem := rep.problem
 
 	// Terms, and which instance each belongs to (the one that served most of its requests).
 	byToken := map[int64]map[string]int{}
@@ -194,8 +193,13 @@ func Check(name string, results []Outcome, log []Arrival, oldToken int64, faultA
 			break
 		}
 	}
-	// The longest stretch after the fault with no request arriving at the backend,
-	// counting from the last arrival before the fault and up to the end of the load.
+	rep.NoLeader = longestSilence(log, faultAt, loadEnd)
+	return rep
+}
+
+// longestSilence is the longest stretch after the fault with no request arriving at the
+// backend, counting from the last arrival before the fault and up to the end of the load.
+func longestSilence(log []Arrival, faultAt, loadEnd time.Time) time.Duration {
 	var at []time.Time
 	for _, a := range log {
 		if !a.At.After(loadEnd) {
@@ -204,13 +208,14 @@ func Check(name string, results []Outcome, log []Arrival, oldToken int64, faultA
 	}
 	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
 	var prev time.Time
+	var longest time.Duration
 	for _, t := range append(at, loadEnd) {
 		if t.After(faultAt) && !prev.IsZero() {
-			rep.NoLeader = max(rep.NoLeader, t.Sub(prev))
+			longest = max(longest, t.Sub(prev))
 		}
 		prev = t
 	}
-	return rep
+	return longest
 }
 
 // sinceFault renders t as the time since the fault, or as the time of day when there is
@@ -250,6 +255,9 @@ func (r Report) Row() string {
 	var terms []string
 	for _, s := range r.Terms {
 		terms = append(terms, s.String())
+	}
+	if r.Shards > 0 {
+		terms = []string{fmt.Sprintf("%d shards: %d moved (%d terms)", r.Shards, r.ShardsMoved, r.ShardTerms)}
 	}
 	stale := fmt.Sprint(r.Stale)
 	switch {

@@ -1,6 +1,7 @@
 package safety
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -96,4 +97,40 @@ func DelayFault[S any](d time.Duration) func(s *Run[S]) {
 		time.Sleep(3 * s.TTL())
 		s.Heal(s.Leader)
 	}
+}
+
+// TransferStorm asks, all at once, for every shard of the fleet's shard set (see
+// fleet.Config.Shards) to be transferred from its owner to the next instance of the fleet,
+// each request sent to another instance's admin API than the last, as many operators acting
+// at once would. Every transfer must succeed; placement then draws each shard back to its
+// preferred owner, a few at a time: a second storm of moves.
+func TransferStorm[S any](s *Run[S]) {
+	index := map[string]int{}
+	for i, in := range s.Fleet {
+		index[in.ID] = i
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		statuses = map[int]int{}
+	)
+	for _, sh := range s.Shards {
+		to := s.Fleet[(index[sh.Owner]+1)%len(s.Fleet)]
+		via := s.Fleet[sh.Shard%len(s.Fleet)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := "/leader/" + fleet.ShardElection(sh.Shard) + "/transfer?timeout=10s&to=" + to.ID
+			url := fmt.Sprintf("http://127.0.0.1:%d%s", via.AdminPort, path)
+			resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost, url, nil, 15*time.Second)
+			mu.Lock()
+			defer mu.Unlock()
+			statuses[resp.Status]++
+			if err != nil || resp.Status != http.StatusOK {
+				s.T.Errorf("POST %s to %s (owner %s): %d %v %s", path, via, sh.Owner, resp.Status, err, resp.Body)
+			}
+		}()
+	}
+	wg.Wait()
+	s.Notes = append(s.Notes, fmt.Sprintf("%d transfers at once: %s", len(s.Shards), FmtStatuses(statuses, true)))
 }

@@ -34,6 +34,10 @@ type LoadRun struct {
 	next   atomic.Int64
 	wg     sync.WaitGroup
 	mu     sync.Mutex
+	// Keys, when set, spread the requests over keys: request n goes to /gated/<Keys[n mod
+	// len(Keys)]> (fleet.Config.ShardKeys has one per shard); else every request goes to
+	// /gated/load.
+	Keys []string
 	// Results are the outcomes of the requests Run sent; read them once Run has returned.
 	Results []Outcome
 }
@@ -62,9 +66,17 @@ func (l *LoadRun) targets() []*fleet.Instance {
 
 // Run sends rate requests per second for d, then waits for every answer.
 func (l *LoadRun) Run(rate int, d time.Duration) {
+	stop := make(chan struct{})
+	timer := time.AfterFunc(d, func() { close(stop) })
+	defer timer.Stop()
+	l.RunUntil(rate, stop)
+}
+
+// RunUntil sends rate requests per second until stop is closed, then waits for every
+// answer: for a load that must cover an action of unknown length.
+func (l *LoadRun) RunUntil(rate int, stop <-chan struct{}) {
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
-	stop := time.After(d)
 	for n := 0; ; n++ {
 		select {
 		case <-stop:
@@ -73,9 +85,13 @@ func (l *LoadRun) Run(rate int, d time.Duration) {
 		case <-tick.C:
 		}
 		l.wg.Add(1)
+		path := "/gated/load"
+		if len(l.Keys) > 0 {
+			path = "/gated/" + l.Keys[n%len(l.Keys)]
+		}
 		go func(id string) {
 			defer l.wg.Done()
-			o := l.send(id)
+			o := l.send(id, path)
 			l.mu.Lock()
 			l.Results = append(l.Results, o)
 			l.mu.Unlock()
@@ -83,7 +99,7 @@ func (l *LoadRun) Run(rate int, d time.Duration) {
 	}
 }
 
-func (l *LoadRun) send(id string) Outcome {
+func (l *LoadRun) send(id, path string) Outcome {
 	var err error
 	fleet := l.targets()
 	for attempt := 0; attempt < 2*len(fleet); attempt++ {
@@ -91,7 +107,7 @@ func (l *LoadRun) send(id string) Outcome {
 		if _, isDown := l.down.Load(in); isDown {
 			continue
 		}
-		req, _ := http.NewRequest(http.MethodPost, in.URL()+"/gated/load", strings.NewReader(`{"write":"`+id+`"}`))
+		req, _ := http.NewRequest(http.MethodPost, in.URL()+path, strings.NewReader(`{"write":"`+id+`"}`))
 		req.Header.Set("X-Req-Id", id)
 		var resp *http.Response
 		resp, err = l.client.Do(req)

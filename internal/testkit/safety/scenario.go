@@ -41,6 +41,9 @@ type Env[S any] struct {
 	Fleet   []*fleet.Instance
 	Leader  *fleet.Instance
 	Token   int64
+	// Shards is every shard's owner and term that the fleet agreed on last (with
+	// Cfg.Shards): after Launch and after each scenario.
+	Shards []fleet.ShardView
 	// Client is the clients' HTTP client.
 	Client *http.Client
 }
@@ -87,8 +90,18 @@ func (env *Env[S]) TTL() time.Duration {
 // HTTP client.
 func (env *Env[S]) Launch(t *testing.T, n int) {
 	t.Helper()
+	env.LaunchWithin(t, n, electTimeout)
+}
+
+// LaunchWithin is Launch with a bound of its own on the fleet agreeing on its leader and
+// placing its shards (a fleet of thousands of shards takes longer).
+func (env *Env[S]) LaunchWithin(t *testing.T, n int, within time.Duration) {
+	t.Helper()
 	env.Fleet = fleet.StartInstances(t, env.Bin, n, env.Cfg)
-	env.Leader, env.Token = fleet.WaitStableLeader(t, env.Fleet, electTimeout)
+	env.Leader, env.Token = fleet.WaitStableLeader(t, env.Fleet, within)
+	if env.Cfg.Shards > 0 {
+		env.Shards = fleet.WaitShardsPlaced(t, env.Fleet, within)
+	}
 	transport := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}
 	t.Cleanup(transport.CloseIdleConnections)
 	env.Client = &http.Client{Transport: transport, Timeout: ClientTimeout}
@@ -216,6 +229,7 @@ func RunOn[S any](t *testing.T, env *Env[S], sc Scenario[S]) Report {
 	}
 	s := &Run[S]{Env: env, Survivors: env.Fleet, Marks: map[string]time.Time{}}
 	s.Load = NewLoadRun(env.Fleet, env.Client)
+	s.Load.Keys = env.Cfg.ShardKeys()
 	loadStart := time.Now()
 	loaded := make(chan struct{})
 	go func() {
@@ -235,7 +249,12 @@ func RunOn[S any](t *testing.T, env *Env[S], sc Scenario[S]) Report {
 	loadEnd := loadStart.Add(sc.Load)
 
 	results := append(append([]Outcome(nil), s.Load.Results...), s.Extra...)
-	rep := Check(sc.Name, results, env.Backend.Since(loadStart), env.Token, s.FaultAt, loadEnd)
+	var rep Report
+	if env.Cfg.Shards > 0 {
+		rep = CheckShards(sc.Name, results, env.Backend.Since(loadStart), s.FaultAt, loadEnd)
+	} else {
+		rep = Check(sc.Name, results, env.Backend.Since(loadStart), env.Token, s.FaultAt, loadEnd)
+	}
 	rep.Frozen = sc.Frozen
 	rep.Renews = sc.Renews
 	if rep.Notes == "" {
@@ -249,9 +268,13 @@ func RunOn[S any](t *testing.T, env *Env[S], sc Scenario[S]) Report {
 		CheckNoErrors(t, results)
 	}
 
-	// Whatever happened, the fleet must end up with one leader that all agree on.
+	// Whatever happened, the fleet must end up with one leader that all agree on, and with
+	// every shard at its preferred owner.
 	env.Leader, env.Token = fleet.WaitStableLeader(t, s.Survivors, RecoverTimeout)
 	env.Fleet = s.Survivors
+	if env.Cfg.Shards > 0 {
+		env.Shards = fleet.WaitShardsPlaced(t, env.Fleet, RecoverTimeout)
+	}
 	return rep
 }
 
@@ -277,7 +300,10 @@ func CheckReport(t *testing.T, want Change, rep *Report, ttl time.Duration) {
 	}
 	switch want {
 	case NoChange:
-		if len(rep.Terms) != 1 {
+		if rep.Shards > 0 && rep.ShardsMoved > 0 {
+			t.Errorf("%d shards moved, want none", rep.ShardsMoved)
+		}
+		if rep.Shards == 0 && len(rep.Terms) != 1 {
 			t.Errorf("terms %v, want the one term from before", rep.Terms)
 		}
 	case MustChange:

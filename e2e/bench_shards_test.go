@@ -1,0 +1,77 @@
+//go:build bench && unix
+
+package e2e
+
+// TestBenchShardSigterm times the SIGTERM of an instance that owns many shards: from the
+// signal until the last of its shards is led (admitting) by another instance, over many
+// trials, with the clients' load in forward mode. See BENCHMARKS.md.
+//
+//	go test -tags bench -run TestBenchShardSigterm -v -timeout 60m ./e2e
+//	go test -tags bench -run TestBenchShardSigterm -v ./e2e -bench.shards 4096 -bench.instances 5 -bench.trials 20
+//
+// The fleet runs on a 1-member etcd with ttl 2s. A trial waits until every shard is at its
+// preferred owner, sends SIGTERM to the next instance in turn while the clients cycle
+// through one key per shard (sigtermTakeover polls the others' GET /leader/shards/<set>,
+// so a time is late by up to one poll, whose mean is reported), then starts the instance
+// again and waits for its shards to come back. Every request must be answered 200 and
+// pass the safety check shard by shard.
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
+)
+
+var (
+	benchShards    = flag.Int("bench.shards", 1024, "TestBenchShardSigterm: shards of the set")
+	benchInstances = flag.Int("bench.instances", 4, "TestBenchShardSigterm: instances of the fleet")
+)
+
+func TestBenchShardSigterm(t *testing.T) {
+	needCaddy(t)
+	etcd := etcdtest.Start(t, 1)
+	env := safety.NewEnv[*etcdProcs](t, caddyBin, nil, Config{Follower: "forward", Endpoints: etcd.Endpoints(), Shards: *benchShards})
+	launched := time.Now()
+	env.LaunchWithin(t, *benchInstances, 10*time.Minute)
+	t.Logf("%d instances placed %d shards in %v", *benchInstances, *benchShards, time.Since(launched).Round(time.Millisecond))
+	var times []time.Duration
+	var owned []int
+	for trial := range *benchFlags.Trials {
+		victim := env.Fleet[trial%len(env.Fleet)]
+		var mine []int
+		for _, sh := range env.Shards {
+			if sh.Owner == victim.ID {
+				mine = append(mine, sh.Shard)
+			}
+		}
+		rest := others(env.Fleet, victim)
+		var took time.Duration
+		run := shardLoad(t, env, 2*time.Second, func(l *safety.LoadRun) {
+			time.Sleep(time.Second)
+			l.MarkDown(victim)
+			took = sigtermTakeover(t, victim, rest, mine)
+		})
+		checkShardLoad(t, fmt.Sprintf("sigterm_%d", trial), run)
+		times, owned = append(times, took), append(owned, len(mine))
+		t.Logf("trial %d: SIGTERM of %s owning %d shards: the last led elsewhere after %v; %d requests, %s", trial, victim, len(mine),
+			took.Round(time.Millisecond), len(run.Results), safety.FmtStatuses(safety.Summarize(run.Results), true))
+
+		back := StartInstance(t, victim.ID, env.Cfg)
+		env.Fleet = append(rest, back)
+		returned := time.Now()
+		env.Shards = fleet.WaitShardsPlaced(t, env.Fleet, 10*time.Minute)
+		t.Logf("trial %d: %s back, its shards placed again in %v", trial, back, time.Since(returned).Round(time.Millisecond))
+	}
+	slices.Sort(times)
+	pct := func(p float64) time.Duration {
+		return times[min(len(times)-1, int(p*float64(len(times))))].Round(time.Millisecond)
+	}
+	t.Logf("SIGTERM of an instance owning %d–%d of %d shards (%d instances, ttl %v, forward), %d trials: median %v, p99 %v, max %v",
+		slices.Min(owned), slices.Max(owned), *benchShards, *benchInstances, ttl, len(times), pct(0.5), pct(0.99), times[len(times)-1].Round(time.Millisecond))
+}

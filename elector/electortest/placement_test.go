@@ -1,0 +1,173 @@
+package electortest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/shards"
+)
+
+// placedFleet is candidates that each take part in every election of one shard set, placed
+// by rendezvous hashing as the leader app places them.
+type placedFleet struct {
+	t       *testing.T
+	store   *Store
+	shards  int
+	members map[string][]*elector.Election // by instance id, one election per shard
+	cands   map[string]*elector.Candidate
+	// overlaps counts samples in which two candidates admitted in one shard at once.
+	overlaps atomic.Int64
+	mu       sync.Mutex
+}
+
+func shardName(s int) string { return fmt.Sprintf("rooms.%d", s) }
+
+func (f *placedFleet) join(id string, moves int) {
+	f.t.Helper()
+	c, err := elector.NewCandidate(elector.Config{
+		ID: id, URL: "http://" + id + ".test:8080", TTL: time.Second, DrainTimeout: time.Second,
+		Backend: f.store.Client(), Logger: zaptest.NewLogger(f.t).Named(id),
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	slots := make(chan struct{}, moves)
+	list := make([]*elector.Election, f.shards)
+	for s := range list {
+		e := c.Election(shardName(s))
+		shard := s
+		e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, shard, priority) }, slots)
+		list[s] = e
+	}
+	c.Start()
+	for _, e := range list {
+		e.Start()
+	}
+	f.mu.Lock()
+	f.members[id], f.cands[id] = list, c
+	f.mu.Unlock()
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+}
+
+// holders returns, per shard, the ids that would admit now.
+func (f *placedFleet) holders() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([][]string, f.shards)
+	for id, list := range f.members {
+		for s, e := range list {
+			if _, ok := e.Check(); ok {
+				out[s] = append(out[s], id)
+			}
+		}
+	}
+	return out
+}
+
+// settledOn waits until every shard is led by its preferred owner among ids, and returns
+// each shard's token.
+func (f *placedFleet) settledOn(ids []string, within time.Duration) []int64 {
+	f.t.Helper()
+	cands := make([]shards.Candidate, len(ids))
+	for i, id := range ids {
+		cands[i] = shards.Candidate{ID: id, Weight: 1}
+	}
+	want := shards.Placement(f.shards, cands)
+	deadline := time.Now().Add(within)
+	for {
+		h := f.holders()
+		ok := true
+		for s := range want {
+			if len(h[s]) != 1 || h[s][0] != want[s] {
+				ok = false
+			}
+		}
+		if ok {
+			tokens := make([]int64, f.shards)
+			for s := range want {
+				tokens[s] = f.members[want[s]][s].Term().Token
+			}
+			return tokens
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("the shards did not settle on their preferred owners within %s: want %v, leading %v", within, want, h)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (f *placedFleet) watch(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		for _, ids := range f.holders() {
+			if len(ids) > 1 {
+				f.overlaps.Add(1)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A shard set's elections settle on the owners rendezvous hashing prefers; an instance that
+// joins draws exactly its own shards, each once, a few at a time, and nothing else moves; one
+// that leaves hands its shards to their next owners.
+func TestPlacedElectionsFollowTheirRanking(t *testing.T) {
+	f := &placedFleet{t: t, store: NewStore(), shards: 24, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{}}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); f.watch(stop) }()
+	defer func() {
+		close(stop)
+		<-done
+		if n := f.overlaps.Load(); n > 0 {
+			t.Errorf("%d samples saw two instances admit in one shard", n)
+		}
+	}()
+
+	for _, id := range []string{"node-a", "node-b", "node-c"} {
+		f.join(id, 4)
+	}
+	before := f.settledOn([]string{"node-a", "node-b", "node-c"}, 20*time.Second)
+
+	f.join("node-d", 4)
+	after := f.settledOn([]string{"node-a", "node-b", "node-c", "node-d"}, 20*time.Second)
+	moved := 0
+	for s := range before {
+		owner := f.holders()[s][0]
+		switch {
+		case owner == "node-d":
+			moved++
+		case after[s] != before[s]:
+			t.Errorf("shard %d stayed with %s but its term changed (token %d -> %d): it moved although its owner did not", s, owner, before[s], after[s])
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no shard moved to the instance that joined")
+	}
+	t.Logf("a join moved %d of %d shards", moved, f.shards)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.cands["node-a"].Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	delete(f.members, "node-a")
+	f.mu.Unlock()
+	f.settledOn([]string{"node-b", "node-c", "node-d"}, 20*time.Second)
+}

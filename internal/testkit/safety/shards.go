@@ -1,0 +1,69 @@
+package safety
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// CheckShards applies Check's rule to each shard's arrivals on its own, for a fleet with a
+// shard set (see fleet.Config.Shards): every shard is an election with its own terms and
+// tokens, so one shard's term says nothing of another's. The report sums the shards'
+// stale, wrong-token, double and late arrivals; its Takeover and OldLastAdmit are the
+// slowest shard's, among those whose term changed after the fault. A shard's term at the
+// fault is the newest that had arrived before it; a shard with no arrival before the fault
+// counts as moved for no term. Arrivals without a shard are counted as unstamped.
+func CheckShards(name string, results []Outcome, log []Arrival, faultAt, loadEnd time.Time) Report {
+	rep := Check(name, results, nil, 0, time.Time{}, time.Time{})
+	rep.Takeover = -1
+	byShard := map[int][]Arrival{}
+	before := map[int]int64{} // each shard's newest token to arrive before the fault
+	for _, a := range log {
+		if a.Shard < 0 {
+			rep.Unstamp++
+			rep.problem("request %s (served by %q) arrived without a shard", a.ReqID, a.ServedBy)
+			continue
+		}
+		byShard[a.Shard] = append(byShard[a.Shard], a)
+		if a.At.Before(faultAt) {
+			before[a.Shard] = max(before[a.Shard], a.Token)
+		}
+	}
+	list := make([]int, 0, len(byShard))
+	for shard := range byShard {
+		list = append(list, shard)
+	}
+	slices.Sort(list)
+	for _, shard := range list {
+		r := Check(name, nil, byShard[shard], before[shard], faultAt, loadEnd)
+		rep.Shards++
+		rep.ShardTerms += len(r.Terms)
+		rep.Stale += r.Stale
+		rep.StaleWrong += r.StaleWrong
+		rep.Wrong += r.Wrong
+		rep.Double += r.Double
+		rep.DoubleSpan = max(rep.DoubleSpan, r.DoubleSpan)
+		rep.Late += r.Late
+		rep.Overlap = max(rep.Overlap, r.Overlap)
+		rep.Unstamp += r.Unstamp
+		for _, p := range r.Problems {
+			rep.problem("shard %d: %s", shard, p)
+		}
+		if before[shard] != 0 && r.Takeover >= 0 {
+			rep.ShardsMoved++
+			rep.Takeover = max(rep.Takeover, r.Takeover)
+			rep.OldLastAdmit = max(rep.OldLastAdmit, r.OldLastAdmit)
+		}
+	}
+	if !faultAt.IsZero() {
+		rep.NoLeader = longestSilence(log, faultAt, loadEnd)
+	}
+	return rep
+}
+
+// problem keeps the first few offending arrivals, for the test's error.
+func (r *Report) problem(format string, args ...any) {
+	if len(r.Problems) < 10 {
+		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+	}
+}
