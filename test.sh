@@ -128,7 +128,7 @@ add_job() { # DIR PACKAGES [FLAGS [NAME]]
 # root module's other packages one at a time (-p 1: with ./e2e beside them, two test
 # processes, as go test's own -p 2 on two cores ran the root module before), then each
 # nested module as go test runs it, rather than after ./e2e: the full run takes about as
-# long as the longer lane (each about 20 minutes on 2 cores).
+# long as the longer lane (each about 22 minutes on 2 cores).
 lanes=
 if [[ $mode != --short && -z ${TEST_PACKAGES:-} && -d e2e ]]; then
 	lanes=1
