@@ -4,15 +4,17 @@
 # apt-get, and a kube-apiserver built from the Go module proxy), then runs
 #   go test -race -count=1 -timeout 45m ./...
 # in this module and in every nested one (each directory with a go.mod, but tools/), and ends
-# with a line that says which tests were skipped and why, or that none was.
+# with a line that says which tests were skipped and why, or that none was. The end-to-end
+# package ./e2e runs beside the rest, which goes one package at a time (see lanes below).
 #   ./test.sh             install what is missing, then test
 #   ./test.sh --install   only install what is missing
 #   ./test.sh --short     the quick tier: go test -short -count=1 ./... in every module, no
-#                         installs and no race detector (a few minutes on 2 cores): the
+#                         installs and no race detector (about 2 minutes on 2 cores): the
 #                         elector, the conformance suite on the in-memory store, every config
 #                         golden and the unit tests; whatever starts a store, a Caddy process
 #                         or a build is skipped
-# TEST_PACKAGES narrows the packages (default ./...); TEST_NO_INSTALL=1 skips the installs.
+# TEST_PACKAGES narrows the packages (default ./...; then every module runs in turn);
+# TEST_NO_INSTALL=1 skips the installs.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -111,38 +113,86 @@ done < <(find . -name go.mod -not -path './tools/*' -not -path '*/testdata/*' | 
 flags=(-race -count=1 -timeout 45m)
 [[ $mode != --short ]] || flags=(-short -count=1 -timeout 10m)
 
-# test_module DIR LOG: go test in the module at DIR, its report printed and kept in LOG,
-# its exit status in LOG.status. The JSON keeps every skip and its reason; testreport prints
-# what a plain go test prints as it comes, and the skips at the end.
-test_module() {
-	local dir=$1 log=$2
+# The runs of go test: each in a module's directory (job_dirs) on some of its packages
+# (job_pkgs), with flags of its own besides flags (job_flags), called job_names in reports.
+job_dirs=() job_pkgs=() job_flags=() job_names=()
+add_job() { # DIR PACKAGES [FLAGS [NAME]]
+	job_dirs+=("$1")
+	job_pkgs+=("$2")
+	job_flags+=("${3:-}")
+	job_names+=("${4:-$2 in $1}")
+}
+
+# lanes: the full run goes in two lanes. The end-to-end package (./e2e: real Caddy fleets
+# whose scenarios mostly wait out ttls, some two at a time) takes one lane; the other runs the
+# root module's other packages one at a time (-p 1: with ./e2e beside them, two test
+# processes, as go test's own -p 2 on two cores ran the root module before), then each
+# nested module as go test runs it, rather than after ./e2e: the full run takes about as
+# long as the longer lane (each about 22 minutes on 2 cores).
+lanes=
+if [[ $mode != --short && -z ${TEST_PACKAGES:-} && -d e2e ]]; then
+	lanes=1
+	e2e_pkg="$(go list -m)/e2e"
+	add_job . ./e2e/
+	add_job . "$(go list ./... | grep -vxF "$e2e_pkg" | tr '\n' ' ')" "-p 1" "./... but ./e2e in ."
+	for dir in "${modules[@]}"; do
+		[[ $dir == . ]] || add_job "$dir" ./...
+	done
+else
+	for dir in "${modules[@]}"; do
+		add_job "$dir" "${TEST_PACKAGES:-./...}"
+	done
+fi
+
+# test_job I: go test of job I, its report printed and kept in $report/I.log, its exit
+# status in $report/I.log.status. The JSON keeps every skip and its reason; testreport
+# prints what a plain go test prints as it comes, and the skips at the end.
+test_job() {
+	local i=$1 log=$report/$1.log
 	set +e
-	(cd "$dir" && go test "${flags[@]}" -json ${TEST_PACKAGES:-./...}) | "$report/testreport" | tee "$log"
+	# shellcheck disable=SC2086 # job_flags and job_pkgs are lists of words
+	(cd "${job_dirs[$i]}" && go test "${flags[@]}" ${job_flags[$i]} -json ${job_pkgs[$i]}) | "$report/testreport" | tee "$log"
 	echo "${PIPESTATUS[0]}" >"$log.status"
 	set -e
+}
+
+# describe_job I: the step title of job I.
+describe_job() {
+	echo "go test ${flags[*]} ${job_flags[$1]:+${job_flags[$1]} }${job_names[$1]}"
 }
 
 if [[ $mode == --short ]]; then
 	# The quick tier runs the modules side by side: much of it is the elector's tests
 	# waiting out real time, which leaves the cores to the other modules' builds.
-	for i in "${!modules[@]}"; do
-		test_module "${modules[$i]}" "$report/$i.log" >/dev/null &
+	for i in "${!job_dirs[@]}"; do
+		test_job "$i" >/dev/null &
 	done
 	wait
+elif [[ -n $lanes ]]; then
+	step "$(describe_job 0): beside the rest, its report comes last"
+	test_job 0 >/dev/null &
+	e2e_lane=$!
 fi
-for i in "${!modules[@]}"; do
-	dir=${modules[$i]}
-	step "go test ${flags[*]} ${TEST_PACKAGES:-./...} (in ${dir})"
+for i in "${!job_dirs[@]}"; do
+	[[ -z $lanes || $i -ne 0 ]] || continue
+	step "$(describe_job "$i")"
 	if [[ $mode == --short ]]; then
 		cat "$report/$i.log"
 	else
-		test_module "$dir" "$report/$i.log"
+		test_job "$i"
 	fi
-	[[ $(<"$report/$i.log.status") -eq 0 ]] || status=1
-	sed -n '/^testreport: /,$p' "$report/$i.log" | sed "s|^testreport: |in $dir: |" >>"$report/skips"
 done
-if [[ ${#modules[@]} -gt 1 ]]; then
-	step "skipped, module by module"
+if [[ -n $lanes ]]; then
+	wait "$e2e_lane" || true
+	step "$(describe_job 0)"
+	cat "$report/0.log"
+fi
+for i in "${!job_dirs[@]}"; do
+	[[ $(<"$report/$i.log.status") -eq 0 ]] || status=1
+	sed -n '/^testreport: /,$p' "$report/$i.log" | sed "s|^testreport: |${job_names[$i]}: |" >>"$report/skips"
+done
+if [[ ${#job_dirs[@]} -gt 1 ]]; then
+	step "skipped, run by run"
 	cat "$report/skips"
 fi
 if [[ $status -ne 0 ]]; then

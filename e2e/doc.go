@@ -10,6 +10,14 @@
 // deleted election key. Every wait has an explicit, generous bound; nothing asserts speed
 // beyond such bounds.
 //
+// Scenarios that start a world of their own (store servers, a fleet, fault proxies, ports
+// from freeport, which never hands out a port twice in a process) run side by side: they
+// spend most of their time waiting for ttls to pass. The subtests of such a test call
+// t.Parallel, and so do a few top-level tests, which go test runs together once the others
+// are done. At most -parallel of them run at once: GOMAXPROCS by default, two on two cores;
+// -parallel 1 runs them one at a time. Tests whose leaders ride a failsafe run alone
+// nonetheless: every round of the failsafe's questions must be answered within ttl/4.
+//
 // The package needs a Unix system and the go command; `go test -short` skips it. Setting
 // E2E_CADDY_RACE=1 builds the Caddy binary with the race detector, so that the plugin's
 // code, which runs in the Caddy processes and not in the test process, is checked too.

@@ -20,6 +20,7 @@ func TestSafetyForgedMark(t *testing.T) {
 	needCaddy(t)
 	for _, mode := range []string{"reject", "redirect", "forward"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // a world of its own (see TestSafety)
 			runScenario(t, safetyScenario{
 				Name:   "forged_mark_during_settling_and_draining_" + mode,
 				Load:   12 * time.Second,

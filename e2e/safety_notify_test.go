@@ -28,12 +28,8 @@ import (
 //     acknowledged its end.
 func TestSafetyForgedNotify(t *testing.T) {
 	needCaddy(t)
-	started := time.Now()
 	server := pgtest.Start(t)
-	var reports []safetyReport
-	defer func() {
-		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safety.Table(reports))
-	}()
+	results := startResults(t, fmt.Sprintf("ttl %v, %d instances, PostgreSQL, %d req/s", ttl, pgSafetyInstances, pgSafetyRate))
 	// The fleets' names, which their tables' prefixes are made of.
 	const mode, alone, thenDeleted = "reject", "forged_alone", "forged_then_deleted"
 	fleets := []string{alone, thenDeleted}
@@ -77,9 +73,11 @@ func TestSafetyForgedNotify(t *testing.T) {
 				check(t, s, rep)
 			}
 		}
+		report := results.row()
 		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel() // a fleet and tables of its own (see TestSafety)
 			env := startPGEnv(t, server, fleets[i], mode, nil)
-			reports = append(reports, safety.RunOn(t, env, sc))
+			report(safety.RunOn(t, env, sc))
 		})
 	}
 }

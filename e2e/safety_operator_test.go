@@ -31,11 +31,7 @@ const electionKey = "/caddy-leader/default"
 // scenario's report gives the double admissions it saw (count and longest overlap).
 func TestSafetyOperator(t *testing.T) {
 	needCaddy(t)
-	started := time.Now()
-	var reports []safetyReport
-	defer func() {
-		t.Logf("RESULTS (ttl %v; %v in all):%s", ttl, time.Since(started).Round(time.Second), safety.Table(reports))
-	}()
+	results := startResults(t, fmt.Sprintf("ttl %v", ttl))
 
 	allModes := []string{"reject", "redirect", "forward"}
 	ops := []struct {
@@ -49,10 +45,17 @@ func TestSafetyOperator(t *testing.T) {
 		// One mode: the hole is in the successor's wait, whatever the followers do.
 		{"key_deleted_while_cut_off", true, []string{"forward"}, deleteElectionKey},
 	}
+	// Every scenario starts a world of its own: they run side by side (see TestSafety).
 	for _, op := range ops {
+		report := make([]func(safetyReport), len(op.modes))
+		for i := range op.modes {
+			report[i] = results.row()
+		}
 		t.Run(op.name, func(t *testing.T) {
-			for _, mode := range op.modes {
+			t.Parallel()
+			for i, mode := range op.modes {
 				t.Run(mode, func(t *testing.T) {
+					t.Parallel()
 					rep := runScenario(t, safetyScenario{
 						Name:   fmt.Sprintf("operator_%s_%s", op.name, mode),
 						Load:   9 * time.Second,
@@ -62,7 +65,7 @@ func TestSafetyOperator(t *testing.T) {
 					})
 					t.Logf("%s: %d double admissions (by time), overlap up to %s; %d stale arrivals (by token), %d with a wrong token",
 						rep.Scenario, rep.Double, safety.FmtDur(rep.DoubleSpan), rep.Stale, rep.Wrong)
-					reports = append(reports, rep)
+					report[i](rep)
 				})
 			}
 		})

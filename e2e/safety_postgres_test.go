@@ -39,20 +39,24 @@ const (
 
 func TestSafetyPostgres(t *testing.T) {
 	needCaddy(t)
-	started := time.Now()
 	server := pgtest.Start(t)
-	var reports []safetyReport
-	defer func() {
-		t.Logf("RESULTS (ttl %v, %d instances, PostgreSQL, %d req/s; %v in all):%s", ttl, pgSafetyInstances, pgSafetyRate, time.Since(started).Round(time.Second), safety.Table(reports))
-	}()
+	results := startResults(t, fmt.Sprintf("ttl %v, %d instances, PostgreSQL, %d req/s", ttl, pgSafetyInstances, pgSafetyRate))
+	// The modes' fleets share nothing but the server, and no fault here strikes the
+	// server: they run side by side (see TestSafety), each through its faults in turn.
 	for _, mode := range []string{"reject", "redirect", "forward"} {
+		scenarios := pgSafetyScenarios(server, mode)
+		report := make([]func(safetyReport), len(scenarios))
+		for i := range scenarios {
+			report[i] = results.row()
+		}
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			env := startPGSafetyEnv(t, server, mode)
-			for _, sc := range pgSafetyScenarios(server, mode) {
+			for i, sc := range scenarios {
 				sc.Name = mode + "_" + sc.Name
 				if !t.Run(sc.Name, func(t *testing.T) {
 					env.T = t
-					reports = append(reports, safety.RunOn(t, env, sc))
+					report[i](safety.RunOn(t, env, sc))
 				}) {
 					return // the fleet's state is unknown: the next faults would tell nothing
 				}
@@ -159,6 +163,7 @@ func pgSafetyScenarios(server *pgtest.Server, mode string) []safetyScenario {
 // The fault is repeated, each time on the leader of the moment.
 func TestSafetyPostgresPolling(t *testing.T) {
 	needCaddy(t)
+	t.Parallel() // a server of its own: it runs beside the other parallel tests (see the package comment)
 	const mode, runs = "reject", 3
 	started := time.Now()
 	server := pgtest.Start(t)

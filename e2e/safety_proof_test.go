@@ -41,16 +41,14 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
+// The sequences run one at a time: their leaders ride the failsafe (see TestSafetyFailsafe).
 func TestSafetyOneProof(t *testing.T) {
 	needCaddy(t)
-	started := time.Now()
-	var reports []safetyReport
-	defer func() {
-		t.Logf("RESULTS (ttl %v, %d instances with failsafe, 3 etcd member processes, %d req/s; %v in all):%s", ttl, safetyInstances, safety.DefaultRate, time.Since(started).Round(time.Second), safety.Table(reports))
-	}()
+	results := startResults(t, fmt.Sprintf("ttl %v, %d instances with failsafe, 3 etcd member processes, %d req/s", ttl, safetyInstances, safety.DefaultRate))
 	for _, sc := range oneProofScenarios(t) {
+		report := results.row()
 		t.Run(sc.Name, func(t *testing.T) {
-			reports = append(reports, runScenario(t, sc))
+			report(runScenario(t, sc))
 		})
 	}
 }

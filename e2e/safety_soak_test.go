@@ -67,6 +67,11 @@ func TestSafetySoakFailsafe(t *testing.T) { runSoak(t, 20*time.Second, true) }
 // fleet, with failsafe on if failsafe is set.
 func runSoak(t *testing.T, d time.Duration, failsafe bool) {
 	needCaddy(t)
+	if !failsafe {
+		// A world of its own: it runs beside the other parallel tests (see the package
+		// comment). A failsafe soak runs alone, as TestSafetyFailsafe does.
+		t.Parallel()
+	}
 	if v := os.Getenv(soakDurationEnv); v != "" {
 		var err error
 		if d, err = time.ParseDuration(v); err != nil || d <= 0 {

@@ -62,28 +62,33 @@ func startSafetyEnvN(t *testing.T, n int, change func(*Config)) *safetyEnv {
 	return env
 }
 
+// Every scenario starts a world of its own (etcd processes, fleet, fault proxies, ports),
+// so they run side by side, as many at once as -parallel allows (GOMAXPROCS by default):
+// most of a scenario's time is spent waiting for a fault's ttls to pass.
 func TestSafety(t *testing.T) {
 	needCaddy(t)
-	started := time.Now()
-	var reports []safetyReport
-	defer func() {
-		t.Logf("RESULTS (ttl %v, %d instances, 3 etcd member processes, %d req/s; %v in all):%s", ttl, safetyInstances, safety.DefaultRate, time.Since(started).Round(time.Second), safety.Table(reports))
-	}()
-
+	results := startResults(t, fmt.Sprintf("ttl %v, %d instances, 3 etcd member processes, %d req/s", ttl, safetyInstances, safety.DefaultRate))
 	for _, sc := range safetyScenarios() {
+		report := results.row()
 		t.Run(sc.Name, func(t *testing.T) {
-			reports = append(reports, runScenario(t, sc))
+			t.Parallel()
+			report(runScenario(t, sc))
 		})
 	}
-	t.Run("drain_on_graceful_handover", func(t *testing.T) {
-		reports = append(reports, testDrain(t))
-	})
-	t.Run("drain_timeout_bounds_the_handover", func(t *testing.T) {
-		reports = append(reports, testDrainTimeout(t))
-	})
-	t.Run("cancel_on_loss_aborts_the_deposed_leaders_upstream_call", func(t *testing.T) {
-		reports = append(reports, testCancelOnLoss(t))
-	})
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T) safetyReport
+	}{
+		{"drain_on_graceful_handover", testDrain},
+		{"drain_timeout_bounds_the_handover", testDrainTimeout},
+		{"cancel_on_loss_aborts_the_deposed_leaders_upstream_call", testCancelOnLoss},
+	} {
+		report := results.row()
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			report(tc.run(t))
+		})
+	}
 }
 
 func safetyScenarios() []safetyScenario {

@@ -28,11 +28,7 @@ import (
 // which never saw P's term, is started as the only live candidate.
 func TestSafetyUnprovenSuccessor(t *testing.T) {
 	needCaddy(t)
-	started := time.Now()
-	var reports []safetyReport
-	defer func() {
-		t.Logf("RESULTS (ttl %v, %d instances; %v in all):%s", ttl, pgSafetyInstances, time.Since(started).Round(time.Second), safety.Table(reports))
-	}()
+	results := startResults(t, fmt.Sprintf("ttl %v, %d instances", ttl, pgSafetyInstances))
 	var server *pgtest.Server
 	stores := []struct {
 		name  string
@@ -49,20 +45,33 @@ func TestSafetyUnprovenSuccessor(t *testing.T) {
 			return pgUnproven(t, server, "unproven_poll_"+mode, mode, map[string]any{"disable_listen": true})
 		}},
 	}
+	// Every store and mode runs a fleet of its own (on etcd a cluster of its own too; the
+	// PostgreSQL fleets share one server, which no sequence strikes, under names of their
+	// own): they run side by side (see TestSafety), each through its sequences in turn.
+	modes := []string{"reject", "redirect", "forward"}
+	sequences := len(unprovenScenarios(unprovenStore{}))
 	for _, st := range stores {
 		if server == nil && st.name != "etcd" {
 			server = pgtest.Start(t) // one server for both PostgreSQL runs
 		}
+		report := map[string][]func(safetyReport){}
+		for _, mode := range modes {
+			for range sequences {
+				report[mode] = append(report[mode], results.row())
+			}
+		}
 		t.Run(st.name, func(t *testing.T) {
-			for _, mode := range []string{"reject", "redirect", "forward"} {
+			t.Parallel()
+			for _, mode := range modes {
 				t.Run(mode, func(t *testing.T) {
+					t.Parallel()
 					env, store := st.start(t, mode)
-					for _, sc := range unprovenScenarios(store) {
+					for i, sc := range unprovenScenarios(store) {
 						sc.Name = st.name + "_" + mode + "_" + sc.Name
 						sc.Warmup, sc.Rate = pgSafetyWarmup, pgSafetyRate
 						if !t.Run(sc.Name, func(t *testing.T) {
 							env.T = t
-							reports = append(reports, safety.RunOn(t, env, sc))
+							report[mode][i](safety.RunOn(t, env, sc))
 						}) {
 							return // the fleet's state is unknown: the next sequences would tell nothing
 						}

@@ -3,6 +3,9 @@ package electortest_test
 import (
 	"context"
 	"errors"
+	"flag"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,8 +23,38 @@ const (
 	within = 10 * time.Second
 )
 
-// clients maps each member of a fake fleet to its connection to the store.
-var clients = map[*electortest.Fleet][]*electortest.Client{}
+// parallel is how many tests run side by side unless -parallel says otherwise: every test
+// that can, does (t.Parallel), and nearly all of their time goes into waiting out real time
+// (the first winner's ttl, a failsafe round, a lease running out) on in-memory fleets that
+// use little CPU. go test's own default, GOMAXPROCS, would run them two at a time on two
+// cores, one after the other in all but name.
+const parallel = "64"
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", parallel); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// clients maps each member of a fake fleet to its connection to the store. The tests run
+// side by side (t.Parallel), each with a store of its own: the map is shared, the fleets not.
+var (
+	clientsMu sync.Mutex
+	clients   = map[*electortest.Fleet][]*electortest.Client{}
+)
+
+// fleetClients is the connections of f's members, in the order of f.Members.
+func fleetClients(f *electortest.Fleet) []*electortest.Client {
+	clientsMu.Lock()
+	defer clientsMu.Unlock()
+	return clients[f]
+}
 
 func fakeFleet(t *testing.T, n int) (*electortest.Fleet, *electortest.Store) {
 	return meshedFleet(t, n, nil)
@@ -42,14 +75,18 @@ func meshedFleet(t *testing.T, n int, mesh *electortest.Mesh) (*electortest.Flee
 		Now:  s.Now,
 		Mesh: mesh,
 	})
+	clientsMu.Lock()
 	clients[f] = cs
+	clientsMu.Unlock()
 	// Cleanup runs last-in first-out: the store comes back before the candidates close.
 	t.Cleanup(func() {
 		s.SetDown(nil)
 		for _, c := range cs {
 			c.SetDown(nil)
 		}
+		clientsMu.Lock()
 		delete(clients, f)
+		clientsMu.Unlock()
 	})
 	coldStart(t, f, s)
 	return f, s
@@ -67,7 +104,7 @@ func coldStart(t *testing.T, f *electortest.Fleet, s *electortest.Store) {
 func client(f *electortest.Fleet, m *electortest.Member) *electortest.Client {
 	for i, x := range f.Members {
 		if x == m {
-			return clients[f][i]
+			return fleetClients(f)[i]
 		}
 	}
 	return nil
@@ -91,6 +128,7 @@ func keepTime(t *testing.T, s *electortest.Store) (stopNow func()) {
 }
 
 func TestElectionOnFakeStore(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// disturb does something to the leader; then a new term is expected, unless
@@ -145,6 +183,7 @@ func TestElectionOnFakeStore(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			f, s := fakeFleet(t, 3)
 			leader, token := f.Leader(within)
 			tc.disturb(t, f, s, leader)
@@ -159,7 +198,7 @@ func TestElectionOnFakeStore(t *testing.T) {
 				l := f.Leaders()
 				return len(l) == 1 && l[0].Election.Term().Token > token
 			})
-			for _, c := range clients[f] {
+			for _, c := range fleetClients(f) {
 				c.SetDown(nil) // a member cut off comes back and follows
 			}
 			f.Leader(within)
@@ -170,6 +209,7 @@ func TestElectionOnFakeStore(t *testing.T) {
 // TestElectionStoreUnreachable checks that a leader cut off from the store keeps leading up
 // to its deadline and not a moment after, and that nobody else leads meanwhile.
 func TestElectionStoreUnreachable(t *testing.T) {
+	t.Parallel()
 	f, s := fakeFleet(t, 3)
 	leader, _ := f.Leader(within)
 	s.SetDown(errors.New("store unreachable"))

@@ -14,6 +14,7 @@ import (
 // a term can end, and reads from the store how its successor recorded it: the holder's own
 // word where it could still say why it stopped, "crashed" where it could not.
 func TestHistorySaysHowEachTermEnded(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// end ends the term of leader, within ctx.
@@ -79,6 +80,7 @@ func TestHistorySaysHowEachTermEnded(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			f, s := fakeFleet(t, 3)
 			leader, token := f.Leader(within)
 			ctx, cancel := context.WithTimeout(context.Background(), within)
@@ -94,6 +96,7 @@ func TestHistorySaysHowEachTermEnded(t *testing.T) {
 // TestHistoryOfATermAnOlderReleaseEnded: an instance of a release before acknowledgements
 // said why acknowledges with no reason; its successor records its term as handed over.
 func TestHistoryOfATermAnOlderReleaseEnded(t *testing.T) {
+	t.Parallel()
 	s := electortest.NewStore()
 	f := electortest.StartFleet(t, electortest.FleetOptions{
 		Size: 2, TTL: ttl, Now: s.Now,

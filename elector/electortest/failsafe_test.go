@@ -71,6 +71,7 @@ func cutFromStore(f *electortest.Fleet) {
 }
 
 func TestFailsafeOutage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		failsafe bool
@@ -79,6 +80,7 @@ func TestFailsafeOutage(t *testing.T) {
 		{name: "without_failsafe_nobody_leads_after_a_ttl", failsafe: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var mesh *electortest.Mesh
 			if tc.failsafe {
 				mesh = electortest.NewMesh()
@@ -121,6 +123,7 @@ func TestFailsafeOutage(t *testing.T) {
 // One peer that cannot be reached ends the admission at once, and nobody leads until the
 // store is back.
 func TestFailsafeRefusalStopsAdmission(t *testing.T) {
+	t.Parallel()
 	mesh, f, s, leader, token := failsafeReady(t, 3)
 	s.SetDown(errDown)
 	leadsThroughout(t, leader, ttl)
@@ -151,6 +154,7 @@ func TestFailsafeRefusalStopsAdmission(t *testing.T) {
 // A peer that keeps a term alive does not campaign, even when the store is back for it and
 // the key is vacant.
 func TestFailsafePeerDoesNotCampaignWhileConfirming(t *testing.T) {
+	t.Parallel()
 	_, f, _, leader, token := failsafeReady(t, 3)
 	cutFromStore(f)
 	// The leader's lease runs out in the store; one peer gets the store back.
@@ -169,6 +173,7 @@ func TestFailsafePeerDoesNotCampaignWhileConfirming(t *testing.T) {
 // newcomer without failsafe mode of its own (configured apart from the fleet) fences the
 // roster just the same.
 func TestFailsafeNewcomerWaitsForFence(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		configure func(*elector.Config, *electortest.Mesh)
@@ -178,7 +183,10 @@ func TestFailsafeNewcomerWaitsForFence(t *testing.T) {
 		}},
 		{"without_failsafe", fenceOnly},
 	} {
-		t.Run(tc.name, func(t *testing.T) { newcomerWaitsForFence(t, tc.configure) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			newcomerWaitsForFence(t, tc.configure)
+		})
 	}
 }
 
@@ -246,6 +254,7 @@ func fenceOnly(c *elector.Config, mesh *electortest.Mesh) { c.Fence = mesh.From(
 // settled: after the fleet that wrote it is gone, a crash of that leader is followed by a
 // successor that need not (and could not) fence anyone.
 func TestFailsafeRosterRetiredBySettledTerm(t *testing.T) {
+	t.Parallel()
 	mesh, f, s, _, _ := failsafeReady(t, 2)
 	first, firstClient := startNewcomer(t, s, mesh, "first", fenceOnly)
 	for _, m := range f.Members { // the failsafe fleet leaves for good
@@ -268,6 +277,7 @@ func TestFailsafeRosterRetiredBySettledTerm(t *testing.T) {
 }
 
 func TestUnreachable(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -290,6 +300,7 @@ func TestUnreachable(t *testing.T) {
 
 // A question that does not carry the term's MAC is refused, and changes nothing.
 func TestFailsafeAnswerRefusesForgeries(t *testing.T) {
+	t.Parallel()
 	f, s := meshedFleet(t, 2, electortest.NewMesh())
 	keepTime(t, s)
 	leader, token := f.Leader(within)

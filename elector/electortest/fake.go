@@ -23,7 +23,6 @@ type Store struct {
 	mu      sync.Mutex
 	now     time.Time // the store's clock; carries a monotonic reading
 	rev     int64
-	nextID  elector.LeaseID
 	leases  map[elector.LeaseID]leaseState
 	keys    map[string]*key // election -> current holder
 	history map[string][]elector.Observation
@@ -359,10 +358,16 @@ func (c *Client) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID,
 		return 0, 0, err
 	}
 	defer c.s.mu.Unlock()
-	c.s.nextID++
-	c.s.leases[c.s.nextID] = leaseState{ttl: ttl, expires: c.s.now.Add(ttl)}
-	return c.s.nextID, ttl, nil
+	id := elector.LeaseID(leaseIDs.Add(1))
+	c.s.leases[id] = leaseState{ttl: ttl, expires: c.s.now.Add(ttl)}
+	return id, ttl, nil
 }
+
+// leaseIDs numbers the leases of every Store in the process. The elector keeps the leases
+// of all the candidates of a process in one table (a reload's old and new candidacies
+// share an instance id), so stores of tests that run side by side must not hand out the
+// same id, any more than two real clusters would.
+var leaseIDs atomic.Int64
 
 // Renew implements elector.Backend. The lease keeps the ttl it was granted with.
 func (c *Client) Renew(ctx context.Context, id elector.LeaseID) (time.Duration, error) {

@@ -10,6 +10,7 @@ import (
 )
 
 func TestFakeConformance(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int64
 	Run(t, func(t *testing.T) Harness {
 		s := NewStore()

@@ -12,7 +12,9 @@ import (
 // TestNeverLeaderlessLongerThanTheFault: a fault that touches one request, or one kind of
 // write, must not leave the fleet without a leader for longer than it lasts (or a ttl).
 func TestNeverLeaderlessLongerThanTheFault(t *testing.T) {
+	t.Parallel()
 	t.Run("a_release_that_fails_is_retried", func(t *testing.T) {
+		t.Parallel()
 		f, _ := fakeFleet(t, 2)
 		l, token := f.Leader(within)
 		// Three tries fail: the resign's own, and the campaign loop's look again after it.
@@ -27,6 +29,7 @@ func TestNeverLeaderlessLongerThanTheFault(t *testing.T) {
 		f.NewLeader(l, token, within)
 	})
 	t.Run("a_term_whose_heartbeats_fail_ends_and_lets_another_lead", func(t *testing.T) {
+		t.Parallel()
 		f, s := fakeFleet(t, 2)
 		l, token := f.Leader(within)
 		ended := l.Election.Term().Context()
@@ -44,6 +47,7 @@ func TestNeverLeaderlessLongerThanTheFault(t *testing.T) {
 		f.NewLeader(l, token, within)
 	})
 	t.Run("a_released_term_that_reappears_is_released_again", func(t *testing.T) {
+		t.Parallel()
 		f, s := fakeFleet(t, 1)
 		l, _ := f.Leader(within)
 		held := observe(t, s).Holder
@@ -71,6 +75,7 @@ func TestNeverLeaderlessLongerThanTheFault(t *testing.T) {
 // stopped admitting; its followers delete its key and elect a leader without waiting for
 // the store.
 func TestSilentHolderIsExpiredByItsFollowers(t *testing.T) {
+	t.Parallel()
 	s := electortest.NewStore()
 	raw := s.Client()
 	defer raw.Close()

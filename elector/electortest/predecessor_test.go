@@ -17,6 +17,7 @@ import (
 // may admit before P has certainly stopped. Each case is a sequence that once let a second
 // leader in at once.
 func TestNoSuccessorTrustsWhatItCannotProve(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		size int
@@ -75,6 +76,7 @@ func TestNoSuccessorTrustsWhatItCannotProve(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			f, s := fakeFleet(t, tc.size)
 			p, token := f.Leader(within)
 			keepTime(t, s)
@@ -153,6 +155,7 @@ func startMember(t *testing.T, s *electortest.Store, id string) *electortest.Mem
 // TestHistoryRecordsATermNobodyElseFollowed: a leader that resigns with nobody else to take
 // over records its own ended term when it wins again.
 func TestHistoryRecordsATermNobodyElseFollowed(t *testing.T) {
+	t.Parallel()
 	f, _ := fakeFleet(t, 1)
 	m, token := f.Leader(within)
 	ctx, cancel := context.WithTimeout(context.Background(), within)
@@ -174,6 +177,7 @@ func TestHistoryRecordsATermNobodyElseFollowed(t *testing.T) {
 // term, but the store names it: the history records it, as handed over, under an unknown
 // leader, rather than losing it.
 func TestHistoryRecordsATermBeforeAFleetRestart(t *testing.T) {
+	t.Parallel()
 	f, s := fakeFleet(t, 2)
 	keepTime(t, s)
 	leader, token := f.Leader(within)
@@ -201,6 +205,7 @@ func TestHistoryRecordsATermBeforeAFleetRestart(t *testing.T) {
 // soon as it hears; the successor waiting for it starts the moment that acknowledgement
 // lands, not at the leader's heartbeat deadline.
 func TestSuccessorStartsWhenTheLateProofLands(t *testing.T) {
+	t.Parallel()
 	f, s := fakeFleet(t, 3)
 	keepTime(t, s)
 	leader, token := f.Leader(within)

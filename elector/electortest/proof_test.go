@@ -64,6 +64,7 @@ func isolated(f *electortest.Fleet) func(*elector.Config, *electortest.Mesh) {
 // ordinary way. Neither W's next term nor any instance that follows it may admit while L
 // rides, and once the mesh heals, the store's side leads again.
 func TestFailsafeProofIsInherited(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// end ends the waiting term of w (started as id "w"); it returns the elections
@@ -97,6 +98,7 @@ func TestFailsafeProofIsInherited(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			mesh, f, s, leader := ridingFailsafe(t)
 			w, _ := startNewcomer(t, s, mesh, "w", isolated(f))
 			f.Await("w holding the key, waiting for a fence", within, func() bool {
@@ -141,6 +143,7 @@ func TestFailsafeProofIsInherited(t *testing.T) {
 // instance_id on the store's side is not the leader: it fences the roster like any
 // newcomer, and admits only once the leader has stopped.
 func TestFailsafeTwinIsFenced(t *testing.T) {
+	t.Parallel()
 	mesh, f, s, leader := ridingFailsafe(t)
 	twin, _ := startNewcomer(t, s, mesh, leader.ID, func(c *elector.Config, mesh *electortest.Mesh) {
 		c.Failsafe = &elector.FailsafeConfig{URL: electortest.MeshURL(c.ID), Transport: mesh.From(c.ID)}
@@ -159,6 +162,7 @@ func TestFailsafeTwinIsFenced(t *testing.T) {
 // again while the leader rides a new one, does not cancel the peer's confirmation, so a
 // newcomer's fence still waits it out.
 func TestFailsafeLateEndIsIgnored(t *testing.T) {
+	t.Parallel()
 	mesh, f, s, leader, _ := failsafeReady(t, 2)
 	peer := aPeer(f, leader)
 	// A first outage, short enough that the leader's lease outlives it in the store:
@@ -201,6 +205,7 @@ func TestFailsafeLateEndIsIgnored(t *testing.T) {
 // without a failsafe endpoint never carried a failsafe (that member refuses every round),
 // so a newcomer that cannot reach its members is not stuck on it.
 func TestRosterWithoutFailsafeMemberNeedsNoFence(t *testing.T) {
+	t.Parallel()
 	mesh, f, s, leader, _ := failsafeReady(t, 2)
 	startNewcomer(t, s, mesh, "plain", func(c *elector.Config, _ *electortest.Mesh) { c.Priority = elector.NeverLead })
 	f.Await("a roster that lists the member without failsafe", within, func() bool {

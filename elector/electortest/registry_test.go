@@ -12,7 +12,7 @@ import (
 // registryReads is how many times the members of f read the candidate registry so far.
 func registryReads(f *electortest.Fleet) int64 {
 	var n int64
-	for _, c := range clients[f] {
+	for _, c := range fleetClients(f) {
 		n += c.CandidateReads()
 	}
 	return n
@@ -49,7 +49,9 @@ func viewingFleet(t *testing.T, n int) *electortest.Fleet {
 // an instance the view does not list reads the store before it refuses; and while the
 // watch is broken the registry is read as before.
 func TestHandoversUseTheRegistryView(t *testing.T) {
+	t.Parallel()
 	t.Run("transfer_and_shutdown_read_no_registry", func(t *testing.T) {
+		t.Parallel()
 		f := viewingFleet(t, 3)
 		leader, token := f.Leader(within)
 		var asker, target *electortest.Member
@@ -81,6 +83,7 @@ func TestHandoversUseTheRegistryView(t *testing.T) {
 		}
 	})
 	t.Run("transfer_to_an_unlisted_instance_reads_before_it_refuses", func(t *testing.T) {
+		t.Parallel()
 		f := viewingFleet(t, 2)
 		m := f.Members[0]
 		before := client(f, m).CandidateReads()
@@ -93,6 +96,7 @@ func TestHandoversUseTheRegistryView(t *testing.T) {
 		}
 	})
 	t.Run("a_broken_watch_falls_back_to_reads", func(t *testing.T) {
+		t.Parallel()
 		f := viewingFleet(t, 2)
 		m := f.Members[0]
 		c := client(f, m)

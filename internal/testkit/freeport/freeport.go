@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // lowest is the smallest port Pick hands out: below it live well-known services.
@@ -23,8 +24,13 @@ const ephemeralRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 // ephemeral range is known and leaves room below it, the ports come from below that range:
 // no outgoing connection and no listener on port 0, of this process or any other, is given
 // such a port, so it stays free while the server that owns it is down for a restart.
-// Elsewhere the kernel picks them (port 0), as it would for any listener.
+// Elsewhere the kernel picks them (port 0), as it would for any listener. No port is
+// handed out twice in a process: tests that run side by side (t.Parallel) never get a
+// port that another one has picked and not bound yet, or that its server left for a
+// restart.
 func Pick(n int) ([]int, error) {
+	given.mu.Lock()
+	defer given.mu.Unlock()
 	// Every listener stays open until all ports are chosen, so none is chosen twice.
 	var lns []net.Listener
 	defer func() {
@@ -42,6 +48,9 @@ func Pick(n int) ([]int, error) {
 		if candidates != nil {
 			port = candidates()
 		}
+		if given.ports[port] {
+			continue // this process's already
+		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			if port == 0 {
@@ -50,10 +59,21 @@ func Pick(n int) ([]int, error) {
 			continue // taken: try another
 		}
 		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		if p := ln.Addr().(*net.TCPAddr).Port; !given.ports[p] {
+			ports = append(ports, p)
+		}
+	}
+	for _, p := range ports {
+		given.ports[p] = true
 	}
 	return ports, nil
 }
+
+// given holds every port Pick has handed out in this process.
+var given = struct {
+	mu    sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // TB is the part of testing.TB that MustPick fails through.
 type TB interface {

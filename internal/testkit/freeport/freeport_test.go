@@ -28,3 +28,22 @@ func TestPick(t *testing.T) {
 		ln.Close()
 	}
 }
+
+// TestPickNeverTwice: ports handed out by earlier calls are not handed out again, whether
+// or not their servers bound them meanwhile. 400 ports drawn at random from the ~20,000
+// below the ephemeral range would repeat one almost surely (the birthday bound).
+func TestPickNeverTwice(t *testing.T) {
+	seen := map[int]bool{}
+	for range 40 {
+		ports, err := Pick(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ports {
+			if seen[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			seen[p] = true
+		}
+	}
+}
