@@ -3,7 +3,6 @@ package caddyleader
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -272,23 +271,7 @@ func checkFollower(follower string, status int) error {
 // checkShard checks the shard options: a set and its key come together, without an
 // election.
 func (g *Gate) checkShard() error {
-	switch {
-	case g.ShardSet == "" && g.ShardKey == "":
-		return nil
-	case g.ShardSet == "":
-		return errors.New("shard_key: needs shard_set")
-	case g.ShardKey == "":
-		return fmt.Errorf("shard_set: %q needs shard_key, the request's key", g.ShardSet)
-	case g.Election != "":
-		return fmt.Errorf("election: a gate admits for one election or one shard set, not both (%q and set %q)", g.Election, g.ShardSet)
-	}
-	if err := checkShardSetName(g.ShardSet); err != nil {
-		return fmt.Errorf("shard_set: %v", err)
-	}
-	if _, err := parseShardKey(g.ShardKey); err != nil {
-		return fmt.Errorf("shard_key: %v", err)
-	}
-	return nil
+	return checkShardRoute(g.Election, g.ShardSet, g.ShardKey)
 }
 
 // bind connects the checked gate to its election and prepares what requests reuse.

@@ -1,7 +1,6 @@
 package caddyleader
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -62,19 +61,11 @@ func (m *Matcher) Provision(ctx caddy.Context) error {
 
 // provisionShards sets up a matcher that tests a shard set.
 func (m *Matcher) provisionShards(ctx caddy.Context) error {
-	g := Gate{Election: m.Election, ShardSet: m.ShardSet, ShardKey: m.ShardKey}
-	if err := g.checkShard(); err != nil {
-		return fmt.Errorf("leader matcher: %v", err)
-	}
-	app, err := appFrom(ctx, "leader matcher")
+	_, set, key, err := joinShardSet(ctx, "leader matcher", m.Election, m.ShardSet, m.ShardKey)
 	if err != nil {
 		return err
 	}
-	set, err := app.shardSet(m.ShardSet)
-	if err != nil {
-		return fmt.Errorf("leader matcher: shard_set: %v", err)
-	}
-	m.key, _ = parseShardKey(m.ShardKey) // checked
+	m.key = key
 	m.routes = make([]*gateRoute, len(set.elections))
 	for s, e := range set.elections {
 		m.routes[s] = newGateRoute(e.Name(), e, strconv.Itoa(s))

@@ -1,11 +1,13 @@
 package caddyleader
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddyleader/caddy-leader/elector"
@@ -200,4 +202,45 @@ func metricLabel(election string) string {
 		return set
 	}
 	return election
+}
+
+// checkShardRoute checks the shard options of a gate, matcher or upstream source: a set and
+// its key come together, without an election; it names the first bad field.
+func checkShardRoute(election, set, key string) error {
+	switch {
+	case set == "" && key == "":
+		return nil
+	case set == "":
+		return errors.New("shard_key: needs shard_set")
+	case key == "":
+		return fmt.Errorf("shard_set: %q needs shard_key, the request's key", set)
+	case election != "":
+		return fmt.Errorf("election: one election or one shard set, not both (%q and set %q)", election, set)
+	}
+	if err := checkShardSetName(set); err != nil {
+		return fmt.Errorf("shard_set: %v", err)
+	}
+	if _, err := parseShardKey(key); err != nil {
+		return fmt.Errorf("shard_key: %v", err)
+	}
+	return nil
+}
+
+// joinShardSet is how a matcher or upstream source named module that routes by key
+// provisions (as joinElection for an election): it checks the options, finds the leader
+// app and its shard set, and returns them with the parsed key.
+func joinShardSet(ctx caddy.Context, module, election, setName, key string) (*App, *shardSet, shardKey, error) {
+	if err := checkShardRoute(election, setName, key); err != nil {
+		return nil, nil, shardKey{}, fmt.Errorf("%s: %v", module, err)
+	}
+	app, err := appFrom(ctx, module)
+	if err != nil {
+		return nil, nil, shardKey{}, err
+	}
+	set, err := app.shardSet(setName)
+	if err != nil {
+		return nil, nil, shardKey{}, fmt.Errorf("%s: shard_set: %v", module, err)
+	}
+	k, _ := parseShardKey(key) // checked
+	return app, set, k, nil
 }

@@ -99,26 +99,18 @@ func (u *LeaderUpstreams) Provision(ctx caddy.Context) error {
 
 // provisionShards sets up a source that follows a shard set.
 func (u *LeaderUpstreams) provisionShards(ctx caddy.Context) error {
-	g := Gate{Election: u.Election, ShardSet: u.ShardSet, ShardKey: u.ShardKey}
-	if err := g.checkShard(); err != nil {
-		return fmt.Errorf("leader upstreams: %v", err)
-	}
-	app, err := appFrom(ctx, "leader upstreams")
+	app, set, key, err := joinShardSet(ctx, "leader upstreams", u.Election, u.ShardSet, u.ShardKey)
 	if err != nil {
 		return err
 	}
 	if app.Advertise == "" {
 		return errors.New("leader upstreams: proxying to a shard's owner needs the leader app's advertise URL: set `advertise` in the global leader option")
 	}
-	set, err := app.shardSet(u.ShardSet)
-	if err != nil {
-		return fmt.Errorf("leader upstreams: shard_set: %v", err)
-	}
 	selfDial, err := leaderDial(app.Advertise)
 	if err != nil {
 		return fmt.Errorf("leader upstreams: advertise: %v", err)
 	}
-	u.key, _ = parseShardKey(u.ShardKey) // checked
+	u.key = key
 	u.shards = make([]*LeaderUpstreams, len(set.elections))
 	for s, e := range set.elections {
 		u.shards[s] = newLeaderUpstreams(e.Name(), e, app.InstanceID, selfDial)
