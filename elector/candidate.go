@@ -214,6 +214,15 @@ func (c *Candidate) Release(e *Election) {
 // following the elections, so that requests still arriving (say, while the HTTP server
 // shuts down) can be sent on to the successors. Close ends it. It blocks until every
 // handover is done or ctx ends.
+//
+// Unlike Resign, it does not wake the campaign loops: each one campaigns no more on its
+// next pass, whatever wakes it (the vacancy its own release leaves, a lease lost), and a
+// loop that wins a key meanwhile lets go of it there (see run), as Close would. Waking
+// every loop would send each election's requests (its registry entry marked leaving, a
+// read, a new watch) to the store at the very moment the releases need it: for an
+// instance in a shard set, several requests for every shard of the set, against one
+// release for each shard it owns. The lease's revoke, which follows, takes the registry
+// entries away.
 func (c *Candidate) Leave(ctx context.Context) error {
 	c.exiting.Store(true)
 	var wg sync.WaitGroup
@@ -222,7 +231,7 @@ func (c *Candidate) Leave(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- e.Resign(ctx, forever)
+			errs <- e.handOver(ctx, forever)
 		}()
 	}
 	wg.Wait()
