@@ -75,6 +75,7 @@ type Backend struct {
 	// granted remembers the TTL of each lease granted here (elector.LeaseID ->
 	// time.Duration), so that an acknowledgement can live as long as its holder's lease.
 	granted sync.Map
+	acks    ackLeases // the leases acknowledgements are put under
 	revs    revisions // the store's history as this backend has seen it (see rewind.go)
 }
 
@@ -563,23 +564,21 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 	if err != nil {
 		return err
 	}
-	at := b.mark()
 	key := b.Key(election)
-	ack, err := b.acknowledgement(ctx, cli, election, token, lease, why)
-	if err != nil {
-		return err
-	}
 	// The acknowledgement is written whether or not the key is still this term's: see
 	// elector.Backend.Release.
-	resp, err := cli.Txn(leaderCtx(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
-		Then(clientv3.OpDelete(key), ack).
-		Else(ack).
-		Commit()
-	if err != nil {
-		return b.describe(err)
-	}
-	return b.checked(at, resp.Header)
+	return b.acknowledged(ctx, cli, election, token, lease, why, func(ack clientv3.Op) error {
+		at := b.mark()
+		resp, err := cli.Txn(leaderCtx(ctx)).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
+			Then(clientv3.OpDelete(key), ack).
+			Else(ack).
+			Commit()
+		if err != nil {
+			return b.describe(err)
+		}
+		return b.checked(at, resp.Header)
+	})
 }
 
 // Expire implements elector.Backend: one transaction that compares the key's create and mod

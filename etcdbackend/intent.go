@@ -215,25 +215,40 @@ func (b *Backend) releasedKey(election string, token int64) string {
 func (b *Backend) releasedPrefix(election string) string { return b.Key(election) + "/released/" }
 
 // acknowledgement is the put that records the end of term token, its value why (empty in
-// the acknowledgements of older releases, which gave no reason). It is bound to a lease of
-// its own, granted here for as long as the holder's lease was granted: the holder's lease
-// may be revoked the moment after (a shutting-down instance revokes it as soon as it has let
-// go, an operator may revoke it), and the successor must still find the acknowledgement. The
-// successor deletes it when it reads it; otherwise it expires with its lease.
-func (b *Backend) acknowledgement(ctx context.Context, cli *clientv3.Client, election string, token int64, holder elector.LeaseID, why string) (clientv3.Op, error) {
+// the acknowledgements of older releases, which gave no reason), and the lease it is put
+// under. It is bound to a lease of its own, under which it lives at least as long as the
+// holder's lease was granted for (see ackLeases): the holder's lease may be revoked the
+// moment after (a shutting-down instance revokes it as soon as it has let go, an operator
+// may revoke it), and the successor must still find the acknowledgement. The successor
+// deletes it when it reads it; otherwise it expires with its lease.
+func (b *Backend) acknowledgement(ctx context.Context, cli *clientv3.Client, election string, token int64, holder elector.LeaseID, why string) (clientv3.Op, clientv3.LeaseID, error) {
 	ttl := defaultAckTTL
 	if granted, ok := b.granted.Load(holder); ok {
 		ttl = granted.(time.Duration)
 	}
-	at := b.mark()
-	resp, err := cli.Grant(leaderCtx(ctx), int64(math.Ceil(ttl.Seconds())))
+	id, err := b.ackLease(ctx, cli, int64(math.Ceil(ttl.Seconds())))
 	if err != nil {
-		return clientv3.Op{}, b.describe(err)
+		return clientv3.Op{}, 0, err
 	}
-	if err := b.checked(at, resp.ResponseHeader); err != nil {
-		return clientv3.Op{}, err
+	return clientv3.OpPut(b.releasedKey(election, token), why, clientv3.WithLease(id)), id, nil
+}
+
+// acknowledged sends the request that send makes of the acknowledgement of term token's end
+// (see acknowledgement); if the store no longer knows the lease the acknowledgement was put
+// under, it is sent once more under a new one.
+func (b *Backend) acknowledged(ctx context.Context, cli *clientv3.Client, election string, token int64, holder elector.LeaseID, why string,
+	send func(ack clientv3.Op) error) error {
+	for retried := false; ; retried = true {
+		ack, id, err := b.acknowledgement(ctx, cli, election, token, holder, why)
+		if err != nil {
+			return err
+		}
+		err = send(ack)
+		if retried || !errors.Is(mapLeaseErr(err), elector.ErrLeaseNotFound) {
+			return err
+		}
+		b.forgetAckLease(id)
 	}
-	return clientv3.OpPut(b.releasedKey(election, token), why, clientv3.WithLease(resp.ID)), nil
 }
 
 // defaultAckTTL is how long an acknowledgement lives when the holder's lease was granted by
@@ -246,16 +261,14 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	if err != nil {
 		return err
 	}
-	ack, err := b.acknowledgement(ctx, cli, election, token, lease, why)
-	if err != nil {
-		return err
-	}
-	at := b.mark()
-	resp, err := cli.Do(leaderCtx(ctx), ack)
-	if err != nil {
-		return b.describe(err)
-	}
-	return b.checked(at, resp.Put().Header)
+	return b.acknowledged(ctx, cli, election, token, lease, why, func(ack clientv3.Op) error {
+		at := b.mark()
+		resp, err := cli.Do(leaderCtx(ctx), ack)
+		if err != nil {
+			return b.describe(err)
+		}
+		return b.checked(at, resp.Put().Header)
+	})
 }
 
 // Released implements elector.Backend. It consumes the acknowledgement: only the successor
