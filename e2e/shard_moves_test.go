@@ -159,8 +159,10 @@ func successorOf(t *testing.T, in *Instance, shard int, token int64) int64 {
 }
 
 // sigtermTakeover sends victim SIGTERM and returns how long after it the last of shards
-// was led (admitting) by one of survivors, as their admin APIs say: each survivor is
-// polled in a loop, so the time is late by up to one poll of GET /leader/shards/<set>. It
+// was led (admitting) by one of survivors. Their admin APIs (GET /leader/shards/<set>,
+// polled every fleet.PollInterval) tell when every shard is led; the moment each began,
+// as exact as the survivor's clock, comes from its log (a poll sees it up to a poll late,
+// and polling without pause would take from the machine the time being measured). It
 // returns once victim has exited.
 func sigtermTakeover(t *testing.T, victim *Instance, survivors []*Instance, shards []int) time.Duration {
 	t.Helper()
@@ -179,7 +181,7 @@ func sigtermTakeover(t *testing.T, victim *Instance, survivors []*Instance, shar
 				select {
 				case <-stop:
 					return
-				default:
+				case <-time.After(fleet.PollInterval):
 				}
 				views, err := in.ShardViews()
 				at := time.Now()
@@ -214,6 +216,13 @@ func sigtermTakeover(t *testing.T, victim *Instance, survivors []*Instance, shar
 	victim.WaitExit()
 	if len(led) < len(shards) {
 		t.Fatalf("%d of %s's %d shards not led by another instance within %v of its SIGTERM", len(shards)-len(led), victim, len(shards), safety.RecoverTimeout)
+	}
+	for _, in := range survivors {
+		for s, at := range in.ShardsLedSince(signalled, shards) {
+			if at.Before(led[s]) {
+				led[s] = at
+			}
+		}
 	}
 	var last time.Time
 	for _, at := range led {

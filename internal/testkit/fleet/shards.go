@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 )
@@ -99,4 +100,35 @@ func ShardsPlaced(fleet []*Instance) ([]ShardView, string) {
 		return nil, strings.Join(trouble, "; ") + more
 	}
 	return first, ""
+}
+
+// ShardsLedSince reads the instance's log for when it began to lead (admitting) each of
+// shards at or after since, by its own clock: the moment itself, where a poll of its admin
+// API would see it up to a poll late (and, polling without pause, would take from the
+// machine the time it measures). A shard it did not begin to lead since then is missing.
+func (in *Instance) ShardsLedSince(since time.Time, shards []int) map[int]time.Time {
+	want := make(map[string]int, len(shards))
+	for _, s := range shards {
+		want[ShardElection(s)] = s
+	}
+	led := map[int]time.Time{}
+	b, _ := os.ReadFile(in.LogPath())
+	for _, line := range strings.Split(string(b), "\n") {
+		var entry struct {
+			TS       float64 `json:"ts"`
+			Msg      string  `json:"msg"`
+			Election string  `json:"election"`
+		}
+		if !strings.Contains(line, `"became leader"`) || json.Unmarshal([]byte(line), &entry) != nil || entry.Msg != "became leader" {
+			continue
+		}
+		s, ok := want[entry.Election]
+		at := time.Unix(0, int64(entry.TS*float64(time.Second)))
+		if ok && !at.Before(since) {
+			if _, seen := led[s]; !seen {
+				led[s] = at
+			}
+		}
+	}
+	return led
 }
