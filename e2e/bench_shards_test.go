@@ -9,12 +9,12 @@ package e2e
 //	go test -tags bench -run TestBenchShardSigterm -v -timeout 60m ./e2e
 //	go test -tags bench -run TestBenchShardSigterm -v ./e2e -bench.shards 4096 -bench.instances 5 -bench.trials 20
 //
-// The fleet runs on a 1-member etcd with ttl 2s. A trial waits until every shard is at its
-// preferred owner, sends SIGTERM to the next instance in turn while the clients cycle
-// through one key per shard (sigtermTakeover polls the others' GET /leader/shards/<set>,
-// so a time is late by up to one poll, whose mean is reported), then starts the instance
-// again and waits for its shards to come back. Every request must be answered 200 and
-// pass the safety check shard by shard.
+// The fleet runs on a 1-member etcd (-bench.store postgres: one PostgreSQL server) with
+// ttl 2s. A trial waits until every shard is at its preferred owner, sends SIGTERM to the
+// next instance in turn while the clients cycle through one key per shard (sigtermTakeover polls the others' GET /leader/shards/<set>
+// until all its shards are led, and takes the moment each began from the log of the
+// instance that took it), then starts the instance again and waits for its shards to come
+// back. Every request must be answered 200 and pass the safety check shard by shard.
 
 import (
 	"flag"
@@ -25,6 +25,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
 )
 
@@ -35,8 +36,16 @@ var (
 
 func TestBenchShardSigterm(t *testing.T) {
 	needCaddy(t)
-	etcd := etcdtest.Start(t, 1)
-	env := safety.NewEnv[*etcdProcs](t, caddyBin, nil, Config{Follower: "forward", Endpoints: etcd.Endpoints(), Shards: *benchShards})
+	cfg := Config{Follower: "forward", Shards: *benchShards}
+	switch *benchStore {
+	case "etcd":
+		cfg.Endpoints = etcdtest.Start(t, 1).Endpoints()
+	case "postgres":
+		cfg.Store = map[string]any{"module": "postgres", "dsn": pgtest.Start(t).DSN()}
+	default:
+		t.Fatalf("-bench.store %q: use etcd or postgres", *benchStore)
+	}
+	env := safety.NewEnv[*etcdProcs](t, caddyBin, nil, cfg)
 	launched := time.Now()
 	env.LaunchWithin(t, *benchInstances, 10*time.Minute)
 	t.Logf("%d instances placed %d shards in %v", *benchInstances, *benchShards, time.Since(launched).Round(time.Millisecond))
@@ -72,6 +81,6 @@ func TestBenchShardSigterm(t *testing.T) {
 	pct := func(p float64) time.Duration {
 		return times[min(len(times)-1, int(p*float64(len(times))))].Round(time.Millisecond)
 	}
-	t.Logf("SIGTERM of an instance owning %d–%d of %d shards (%d instances, ttl %v, forward), %d trials: median %v, p99 %v, max %v",
-		slices.Min(owned), slices.Max(owned), *benchShards, *benchInstances, ttl, len(times), pct(0.5), pct(0.99), times[len(times)-1].Round(time.Millisecond))
+	t.Logf("SIGTERM of an instance owning %d–%d of %d shards (%d instances, %s, ttl %v, forward), %d trials: median %v, p99 %v, max %v",
+		slices.Min(owned), slices.Max(owned), *benchShards, *benchInstances, *benchStore, ttl, len(times), pct(0.5), pct(0.99), times[len(times)-1].Round(time.Millisecond))
 }
