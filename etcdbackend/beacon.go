@@ -112,6 +112,7 @@ type groupStream struct {
 	ring    []groupEvent
 	subs    map[string]map[*groupSub]struct{}          // by election
 	byLease map[elector.LeaseID]map[*groupSub]struct{} // subscribers whose key the lease holds
+	held    map[elector.LeaseID]map[string]int         // the keys each lease holds: subscribers of each
 	beats   map[elector.LeaseID][]*beatBatch           // heartbeats waiting for their beacon
 }
 
@@ -250,17 +251,27 @@ func (g *group) leave(sub *groupSub) {
 func (st *groupStream) index(sub *groupSub, from, to *elector.Holder) {
 	if from != nil {
 		if set := st.byLease[from.Lease]; set != nil {
-			delete(set, sub)
+			if _, ok := set[sub]; ok {
+				delete(set, sub)
+				if st.held[from.Lease][sub.election]--; st.held[from.Lease][sub.election] <= 0 {
+					delete(st.held[from.Lease], sub.election)
+				}
+			}
 			if len(set) == 0 {
 				delete(st.byLease, from.Lease)
+				delete(st.held, from.Lease)
 			}
 		}
 	}
 	if to != nil {
 		if st.byLease[to.Lease] == nil {
 			st.byLease[to.Lease] = map[*groupSub]struct{}{}
+			st.held[to.Lease] = map[string]int{}
 		}
-		st.byLease[to.Lease][sub] = struct{}{}
+		if _, ok := st.byLease[to.Lease][sub]; !ok {
+			st.byLease[to.Lease][sub] = struct{}{}
+			st.held[to.Lease][sub.election]++
+		}
 	}
 }
 
@@ -288,11 +299,11 @@ func (g *group) applyLocked(st *groupStream, sub *groupSub, ev groupEvent) {
 // the new stream shows it only what comes after. Heartbeats waiting for st write their
 // keys instead.
 func (g *group) restartLocked(st *groupStream, from int64) *groupStream {
-	subs, byLease := st.subs, st.byLease
-	st.subs, st.byLease = nil, nil
+	subs, byLease, held := st.subs, st.byLease, st.held
+	st.subs, st.byLease, st.held = nil, nil, nil
 	g.stopLocked(st, nil)
 	next := g.startLocked(from)
-	next.subs, next.byLease = subs, byLease
+	next.subs, next.byLease, next.held = subs, byLease, held
 	return next
 }
 
@@ -303,6 +314,7 @@ func (g *group) startLocked(after int64) *groupStream {
 		cancel: cancel, pos: after, dropped: after,
 		subs:    map[string]map[*groupSub]struct{}{},
 		byLease: map[elector.LeaseID]map[*groupSub]struct{}{},
+		held:    map[elector.LeaseID]map[string]int{},
 		beats:   map[elector.LeaseID][]*beatBatch{},
 	}
 	g.st = st
@@ -467,9 +479,12 @@ type beatBatch struct {
 	// put before its answer arrives.
 	rev     int64
 	answers map[int64]map[string]beatAnswer
-	done    chan struct{}
-	result  map[string]beatAnswer
-	err     error
+	// full is closed when every key the lease holds has a heartbeat in the batch.
+	full   chan struct{}
+	isFull bool
+	done   chan struct{}
+	result map[string]beatAnswer
+	err    error
 }
 
 func (b *beatBatch) resolved() bool {
@@ -522,10 +537,14 @@ func (g *group) beat(ctx context.Context, election string, token int64, lease el
 		g.batchers[lease] = bb
 	}
 	if bb.next == nil {
-		bb.next = &beatBatch{lease: lease, keys: map[string]int64{}, done: make(chan struct{})}
+		bb.next = &beatBatch{lease: lease, keys: map[string]int64{}, done: make(chan struct{}), full: make(chan struct{})}
 	}
 	batch := bb.next
 	batch.keys[election] = token
+	if len(batch.keys) >= len(g.st.held[lease]) && !batch.isFull {
+		batch.isFull = true
+		close(batch.full) // every key the lease holds is in: no need to wait for more
+	}
 	if !bb.sending {
 		bb.sending = true
 		go g.send(lease, bb)
@@ -539,9 +558,25 @@ func (g *group) beat(ctx context.Context, election string, token int64, lease el
 	}
 }
 
+// beaconGather is how long a beacon waits for the heartbeats of the other keys its lease
+// holds once the first has come: they are all sent at one renewal, and one put should
+// carry them all, not the first alone and the rest in a second.
+const beaconGather = 20 * time.Millisecond
+
 // send puts lease's beacon for each batch of heartbeats in turn, until none waits.
 func (g *group) send(lease elector.LeaseID, bb *beaconBatcher) {
 	for {
+		g.mu.Lock()
+		next := bb.next
+		g.mu.Unlock()
+		if next != nil {
+			gather := time.NewTimer(beaconGather)
+			select {
+			case <-next.full:
+			case <-gather.C:
+			}
+			gather.Stop()
+		}
 		g.mu.Lock()
 		batch, st := bb.next, g.st
 		bb.next = nil
