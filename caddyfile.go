@@ -416,15 +416,17 @@ func parseHealth(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 //	leader_health [<matcher>] [<election>] {
 //		election         <name>
+//		shard            <set> <key>
 //		leader_status    <code>
 //		standby_status   <code>
 //		standby_ok
 //		unhealthy_status <code>
 //	}
 //
-// The election is named once, as the argument or in the block. `shard` routes by key
-// instead: a request is admitted on the owner of its key's shard in the shard set <set>
-// (see ShardSet), and <key> is text with placeholders, such as {http.request.uri.path.1}.
+// The election is named once, as the argument or in the block. `shard` answers by key
+// instead: for the shard of the request's key in the shard set <set> (see ShardSet), where
+// <key> is text with placeholders, such as {http.request.uri.query.room}; it excludes
+// standby_ok.
 func (h *HealthHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the directive's name
 	if d.NextArg() {
@@ -441,6 +443,9 @@ func (h *HealthHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "election":
 			if h.Election != "" {
 				return d.Errf("election: already set to %q", h.Election)
+			}
+			if h.ShardSet != "" {
+				return d.Errf("election: the check answers for shard set %q already; it answers for one election or one shard set", h.ShardSet)
 			}
 			if err := oneArg(d, &h.Election); err != nil {
 				return err
@@ -461,9 +466,22 @@ func (h *HealthHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("%s: %v", opt, err)
 			}
 			*map[string]*int{"leader_status": &h.LeaderStatus, "standby_status": &h.StandbyStatus, "unhealthy_status": &h.UnhealthyStatus}[opt] = code
+		case "shard":
+			if h.Election != "" {
+				return d.Errf("shard: the check answers for election %q already; it answers for one election or one shard set", h.Election)
+			}
+			if err := unmarshalShardRoute(d, &h.ShardSet, &h.ShardKey); err != nil {
+				return err
+			}
+			if h.StandbyOK {
+				return d.Err(errStandbyOKWithShard.Error())
+			}
 		case "standby_ok":
 			if d.NextArg() {
 				return d.ArgErr()
+			}
+			if h.ShardSet != "" {
+				return d.Err(errStandbyOKWithShard.Error())
 			}
 			h.StandbyOK = true
 		default:

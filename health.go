@@ -2,6 +2,7 @@ package caddyleader
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -50,9 +51,30 @@ const (
 // leader is null and token 0 while no instance leads; detail then says so. A load balancer
 // that sends traffic to the leader only checks for 200; one that spreads it over every
 // healthy instance (followers forward) treats 200 and 429 as up, or sets standby_ok.
+//
+// With ShardSet it answers for the shard of the request's key instead (`GET
+// /health/owner?room=42`): 200 on the instance that owns that shard and admits its
+// requests, by the same test as a `leader_gate` of the set, 429 on every other healthy
+// instance, and the body names the shard and its election (`rooms.<n>`), so that a load
+// balancer can health-check "who owns room 42".
 type HealthHandler struct {
-	// Election is the name of the election. Default: `default`.
+	// Election is the name of the election. Default: `default` (none with ShardSet).
 	Election string `json:"election,omitempty"`
+
+	// ShardSet names a shard set of the leader app (see ShardSet): the handler then
+	// answers for the shard of the request's key, with LeaderStatus on the instance that
+	// owns that shard and admits its requests, and as for an election elsewhere. It needs
+	// ShardKey, and excludes Election and StandbyOK (with StandbyOK every healthy
+	// instance would answer alike, whatever the key). Default: none.
+	ShardSet string `json:"shard_set,omitempty"`
+
+	// ShardKey is the request's key in ShardSet, with placeholders, as leader_gate's
+	// shard_key: a query value (`{http.request.uri.query.room}`), a path segment
+	// (`{http.request.uri.path.2}`), a header, or any text built from them. A request
+	// without the key is answered for the shard of the empty key, as the gate admits it
+	// there. Default: none.
+	ShardKey string `json:"shard_key,omitempty"`
+
 	// LeaderStatus is the status the leader answers with (Vault's activecode). Default: 200.
 	LeaderStatus int `json:"leader_status,omitempty"`
 	// StandbyStatus is the status a healthy standby answers with (Vault's standbycode).
@@ -66,7 +88,9 @@ type HealthHandler struct {
 	// candidate. Default: 503.
 	UnhealthyStatus int `json:"unhealthy_status,omitempty"`
 
-	election *elector.Election
+	election *elector.Election   // without a shard set
+	shards   []*elector.Election // with a shard set: its elections, in shard order
+	key      shardKey
 }
 
 // CaddyModule returns the Caddy module information.
@@ -79,11 +103,17 @@ func (HealthHandler) CaddyModule() caddy.ModuleInfo {
 
 // Provision implements caddy.Provisioner.
 func (h *HealthHandler) Provision(ctx caddy.Context) error {
-	_, e, err := joinElection(ctx, "leader_health", &h.Election)
-	if err != nil {
-		return err
+	if h.ShardSet != "" || h.ShardKey != "" {
+		if err := h.provisionShards(ctx); err != nil {
+			return err
+		}
+	} else {
+		_, e, err := joinElection(ctx, "leader_health", &h.Election)
+		if err != nil {
+			return err
+		}
+		h.election = e
 	}
-	h.election = e
 	if h.LeaderStatus == 0 {
 		h.LeaderStatus = DefaultHealthLeaderStatus
 	}
@@ -95,6 +125,34 @@ func (h *HealthHandler) Provision(ctx caddy.Context) error {
 	}
 	return nil
 }
+
+// provisionShards sets up a handler that answers for the shard of each request's key.
+func (h *HealthHandler) provisionShards(ctx caddy.Context) error {
+	if err := h.checkShard(); err != nil {
+		return err
+	}
+	_, set, key, err := joinShardSet(ctx, "leader_health", h.Election, h.ShardSet, h.ShardKey)
+	if err != nil {
+		return err
+	}
+	h.shards, h.key = set.elections, key
+	return nil
+}
+
+// checkShard checks the shard options, naming the first bad field.
+func (h *HealthHandler) checkShard() error {
+	if err := checkShardRoute(h.Election, h.ShardSet, h.ShardKey); err != nil {
+		return fmt.Errorf("leader_health: %v", err)
+	}
+	if h.ShardSet != "" && h.StandbyOK {
+		return fmt.Errorf("leader_health: %v", errStandbyOKWithShard)
+	}
+	return nil
+}
+
+// errStandbyOKWithShard: a keyed check with standby_ok would answer alike on every healthy
+// instance, whatever the key.
+var errStandbyOKWithShard = errors.New("standby_ok: a check by shard answers who owns the key's shard; with standby_ok every healthy instance would answer alike (leader_health without shard is that check)")
 
 // Validate implements caddy.Validator.
 func (h *HealthHandler) Validate() error {
@@ -119,8 +177,10 @@ func checkHealthStatus(code int) error {
 
 // HealthReport is the body HealthHandler answers with.
 type HealthReport struct {
-	// Election is the election's name.
+	// Election is the election's name: `<set>.<n>` for a shard.
 	Election string `json:"election"`
+	// Shard is the number of the request's shard, with a shard set; absent otherwise.
+	Shard *int `json:"shard,omitempty"`
 	// Role is leader, settling, standby or unhealthy.
 	Role string `json:"role"`
 	// Self is this instance's instance_id.
@@ -133,9 +193,23 @@ type HealthReport struct {
 	Detail string `json:"detail"`
 }
 
-// report says what this instance is in the election now, and the status it answers with.
-func (h *HealthHandler) report() (HealthReport, int) {
-	t, leading := h.election.Check()
+// electionOf is the election that request r asks about, and its shard number (-1 without
+// a shard set).
+func (h *HealthHandler) electionOf(r *http.Request) (*elector.Election, int) {
+	if h.shards == nil {
+		return h.election, -1
+	}
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		repl = caddy.NewReplacer()
+	}
+	s := h.key.shard(r, repl, len(h.shards))
+	return h.shards[s], s
+}
+
+// report says what this instance is in election e now, and the status it answers with.
+func (h *HealthHandler) report(e *elector.Election) (HealthReport, int) {
+	t, leading := e.Check()
 	r := HealthReport{Election: t.Election, Self: t.Self, Token: t.Token}
 	if t.LeaderKnown() {
 		id := t.Leader.ID
@@ -145,7 +219,7 @@ func (h *HealthHandler) report() (HealthReport, int) {
 	case leading:
 		r.Role, r.Detail = HealthRoleLeader, "this instance leads"
 		return r, h.LeaderStatus
-	case h.election.Healthy():
+	case e.Healthy():
 		status := h.StandbyStatus
 		if h.StandbyOK {
 			status = h.LeaderStatus
@@ -179,7 +253,11 @@ func whoLeads(t *elector.Term) string {
 // ServeHTTP implements caddyhttp.MiddlewareHandler. It answers every request and never
 // calls next.
 func (h *HealthHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	rep, status := h.report()
+	e, shard := h.electionOf(r)
+	rep, status := h.report(e)
+	if shard >= 0 {
+		rep.Shard = &shard
+	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "application/json")
 	// A cached answer would outlive the role it reports.

@@ -93,6 +93,9 @@ func (a *App) shardSet(name string) (*shardSet, error) {
 	}
 	slots := make(chan struct{}, moves)
 	set := &shardSet{name: name, elections: make([]*elector.Election, cfg.Shards)}
+	// One beacon per renewal carries the heartbeats of every shard this instance owns,
+	// where the store can order it with the keys (etcd); elsewhere each key is rewritten.
+	a.candidate.GroupHeartbeats(name)
 	for s := range set.elections {
 		e := a.election(shardElection(name, s))
 		shard := s

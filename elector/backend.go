@@ -214,3 +214,33 @@ type IntentChange struct {
 	// Err is set (and nothing else) when the watch broke.
 	Err error
 }
+
+// HeartbeatGrouper is implemented by a store that can carry the heartbeats of many
+// elections in one write: the elections of a group (a shard set's, named <group>.<n>).
+// Without it, every held key is rewritten at every renewal, and an idle fleet's store load
+// grows with the number of keys held.
+//
+// After GroupHeartbeats(group), for the elections named group.<anything>, the rules of
+// Backend still hold as the elector sees them, and a store may meet three of them another
+// way:
+//   - Update with the value the key already holds (a heartbeat) may write, instead of the
+//     key, one beacon of the key's lease for the whole group, that every heartbeat of the
+//     lease's keys in the group waiting at that moment shares. It reports true only if the
+//     key was still the term's when the beacon was written, false only if it certainly was
+//     not.
+//   - Watch then reports a beacon of the holder's lease as a change of the key, at the
+//     beacon's revision, in the store's order with the key's own changes: a vacancy comes
+//     after every beacon of its holder written before it.
+//   - Expire deletes the key only if neither the key nor its holder's beacon was written
+//     after rev.
+//
+// A store that cannot order the beacon with the keys in one watch, or guard Expire with it,
+// does not implement HeartbeatGrouper. Every instance of a fleet groups the same
+// elections: the shard set's configuration says which, and an instance that did not group
+// them would take a beacon's silence for the holder's.
+type HeartbeatGrouper interface {
+	// GroupHeartbeats groups the elections named group.<anything> from now on. It is
+	// called before any of them is campaigned for or watched, and calling it again does
+	// nothing.
+	GroupHeartbeats(group string)
+}

@@ -10,6 +10,8 @@ import (
 // writeRecord rewrites the key of this instance's term t (its record as it won it) if the
 // key is still t's, and moves t's heartbeat deadline on from the time the write was sent. Followers see every write through their
 // watch; see beatWindow for why that matters. It reports whether the key was still t's.
+// A store that groups the election's heartbeats (HeartbeatGrouper) writes one beacon for
+// all the keys the lease holds in the group instead, sent after this call began.
 func (e *Election) writeRecord(ctx context.Context, t *Term) (bool, error) {
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()

@@ -45,7 +45,10 @@ func TestEveryWayATermStartsOwesItsProof(t *testing.T) {
 		ownLease bool
 		want     want
 	}{
-		{name: "store_names_a_term_other_than_the_one_seen", seen: seen, obs: Observation{Prev: 47},
+		{name: "store_names_a_newer_term_than_the_one_seen", seen: seen, obs: Observation{Prev: 47},
+			want: want{heartbeat: true, pred: 47}},
+		{name: "store_names_a_newer_term_acknowledged", seen: seen, obs: Observation{Prev: 47, PrevReleased: true}},
+		{name: "store_names_own_term_after_the_one_seen", seen: seen, own: ownTerm{token: 47, proof: nothingOwed}, obs: Observation{Prev: 47, PrevReleased: true},
 			want: want{heartbeat: true}},
 		{name: "store_names_a_term_older_than_the_one_seen", seen: seen, obs: Observation{Prev: 44, PrevReleased: true},
 			want: want{heartbeat: true}},

@@ -88,10 +88,19 @@ func (e *Election) proofLocked(token int64, o Observation, now time.Time, ttl ti
 	seen, own := e.prev, e.own
 	seenOther := seen.token != 0 && seen.token != token && !e.c.own(seen.lease)
 	switch {
+	case o.Prev != 0 && seenOther && o.Prev > seen.token && o.Prev != own.token:
+		// A newer term than the last one seen came and went unseen (a short one, between
+		// two polls of a watch, or while the watch was down): as for a term never seen,
+		// its acknowledgement (a handover leaves one, if a moment after the key goes) proves
+		// it stopped, and it vouches for every term before it, the one seen among them.
+		if o.PrevReleased {
+			return e.freshProof(token, 0, time.Time{})
+		}
+		return e.freshProof(token, o.Prev, unseenStoppedBy(now, ttl))
 	case o.Prev != 0 && seenOther && o.Prev != seen.token:
-		// The store names another term than the last one seen: one came and went unseen
-		// (a newer Prev), or the store went back in time (an older one, whose old
-		// acknowledgement proves nothing of the term seen). Wait both out.
+		// The store names an older term than the last one seen (it went back in time, and
+		// an old acknowledgement proves nothing of the term seen), or this instance's own
+		// after the one seen. Wait both out.
 		return e.freshProof(token, 0, unseenStoppedBy(now, ttl))
 	case o.Prev != 0 && o.Prev == own.token, o.Prev == 0 && seen.token == 0 && own.token != 0 && own.lastSeen:
 		// This instance's own term came last: it stopped admitting before it campaigned

@@ -77,6 +77,13 @@ type Backend struct {
 	granted sync.Map
 	acks    ackLeases // the leases acknowledgements are put under
 	revs    revisions // the store's history as this backend has seen it (see rewind.go)
+
+	// groups are the groups of elections whose heartbeats share a beacon (beacon.go),
+	// and written what this backend last wrote to each election's key (election ->
+	// written).
+	groupsMu sync.Mutex
+	groups   map[string]*group
+	written  sync.Map
 }
 
 // connectAttempt is one run of clientv3.New; its result is set before done is closed.
@@ -361,6 +368,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		// last-term key was written by every term's campaign, so before this one its mod
 		// revision was the previous term's token.
 		o := elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}}
+		b.wrote(election, written{token: rev, lease: lease, value: value})
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			o.Prev = kvs[0].ModRevision
 			// The acknowledgements still alive (each lives about a ttl; its value says
@@ -415,6 +423,9 @@ func holder(kv *mvccpb.KeyValue) *elector.Holder {
 
 // Watch implements elector.Backend.
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
+	if g := b.groupOf(election); g != nil {
+		return g.watchGrouped(ctx, election, afterRev)
+	}
 	out := make(chan elector.Observation, 1)
 	go func() {
 		defer close(out)
@@ -536,8 +547,22 @@ func readThenWatch[T any](ctx context.Context, b *Backend, key string, out chan<
 }
 
 // Update implements elector.Backend: put the new value only if the key is still the same
-// term's, keeping the lease it is bound to.
+// term's, keeping the lease it is bound to. A heartbeat of a grouped election puts its
+// lease's beacon instead, where it can (beacon.go).
 func (b *Backend) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
+	if g := b.groupOf(election); g != nil {
+		if lease, ok := b.heartbeat(election, token, value); ok {
+			answer, err := g.beat(ctx, election, token, lease)
+			switch {
+			case err != nil:
+				return false, err
+			case answer == beatHeld:
+				return true, nil
+			case answer == beatGone:
+				return false, nil
+			}
+		}
+	}
 	cli, err := b.client(ctx)
 	if err != nil {
 		return false, err
@@ -553,6 +578,11 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	}
 	if err := b.checked(at, resp.Header); err != nil {
 		return false, err
+	}
+	if resp.Succeeded {
+		if v, ok := b.written.Load(election); ok && v.(written).token == token {
+			b.wrote(election, written{token: token, lease: v.(written).lease, value: value})
+		}
 	}
 	return resp.Succeeded, nil
 }
@@ -590,8 +620,16 @@ func (b *Backend) Expire(ctx context.Context, election string, token, rev int64)
 	}
 	at := b.mark()
 	key := b.Key(election)
+	guards := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", token), clientv3.Compare(clientv3.ModRevision(key), "<", rev+1)}
+	if g := b.groupOf(election); g != nil {
+		beacon, ok, err := g.expireGuard(ctx, cli, election, token, rev)
+		if !ok || err != nil {
+			return false, err
+		}
+		guards = append(guards, beacon)
+	}
 	resp, err := cli.Txn(leaderCtx(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token), clientv3.Compare(clientv3.ModRevision(key), "<", rev+1)).
+		If(guards...).
 		Then(clientv3.OpDelete(key)).
 		Commit()
 	if err != nil {

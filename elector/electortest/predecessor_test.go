@@ -220,3 +220,41 @@ func TestSuccessorStartsWhenTheLateProofLands(t *testing.T) {
 		t.Fatalf("the successor began because %q: it waited out the heartbeat deadline rather than take the acknowledgement", why)
 	}
 }
+
+// TestSuccessorOfAnUnseenTermTakesItsAcknowledgement: c saw a's term, then was cut off from
+// the store while a handed over to b and b handed over in turn, so that it wins the key with
+// the store naming b's term, which it never saw, as the one before its own (a short term
+// between two polls of a PostgreSQL watch does the same). b acknowledged its end, which
+// vouches for every term before it: c admits on it at once. The store's clock stands still,
+// so a successor that waited out a ttl instead would never admit here.
+func TestSuccessorOfAnUnseenTermTakesItsAcknowledgement(t *testing.T) {
+	t.Parallel()
+	f, _ := fakeFleet(t, 3)
+	a, _ := f.Leader(within)
+	var b, c *electortest.Member
+	for _, m := range f.Members {
+		switch {
+		case m == a:
+		case b == nil:
+			b = m
+		default:
+			c = m
+		}
+	}
+	f.Await("c sees a lead", within, func() bool { return c.Election.Term().Leader.ID == a.ID })
+	client(f, c).SetDown(errors.New("cut off"))
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := a.Election.Resign(ctx, time.Hour); err != nil {
+		t.Fatalf("a's resign: %v", err)
+	}
+	f.Await("b leads", within, b.Leading)
+	if err := b.Election.Resign(ctx, time.Hour); err != nil {
+		t.Fatalf("b's resign: %v", err)
+	}
+	client(f, c).SetDown(nil)
+	f.Await("c leads on b's acknowledgement", within, c.Leading)
+	if why := c.Election.Term().Reason; why != "elected" {
+		t.Errorf("c leads for %q, want elected (on its predecessor's acknowledgement)", why)
+	}
+}

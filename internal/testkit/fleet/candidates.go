@@ -3,16 +3,40 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/shards"
 )
 
 // StartCandidate starts an elector candidate with cfg, standing in each of elections, in
 // this process: what a Caddy instance does, without Caddy. It closes the candidate (which
 // resigns) when the test ends, allowing 10s for that.
 func StartCandidate(t T, cfg elector.Config, elections ...string) (*elector.Candidate, []*elector.Election) {
+	t.Helper()
+	return startCandidate(t, cfg, elections, nil)
+}
+
+// StartShardCandidate is StartCandidate in every shard of a shard set named set, of count
+// shards (elections `<set>.0` to `<set>.<count-1>`, in that order), placed as the leader
+// app places them: by shards.Score, at most moves transfers at once.
+func StartShardCandidate(t T, cfg elector.Config, set string, count, moves int) (*elector.Candidate, []*elector.Election) {
+	t.Helper()
+	names := make([]string, count)
+	for s := range names {
+		names[s] = set + "." + strconv.Itoa(s)
+	}
+	slots := make(chan struct{}, moves)
+	return startCandidate(t, cfg, names, func(s int, e *elector.Election) {
+		e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, s, priority) }, slots)
+	})
+}
+
+// startCandidate starts a candidate in elections, calling place (if not nil) on each
+// before it starts.
+func startCandidate(t T, cfg elector.Config, elections []string, place func(int, *elector.Election)) (*elector.Candidate, []*elector.Election) {
 	t.Helper()
 	cand, err := elector.NewCandidate(cfg)
 	if err != nil {
@@ -21,6 +45,9 @@ func StartCandidate(t T, cfg elector.Config, elections ...string) (*elector.Cand
 	es := make([]*elector.Election, len(elections))
 	for i, name := range elections {
 		es[i] = cand.Election(name)
+		if place != nil {
+			place(i, es[i])
+		}
 	}
 	cand.Start()
 	for _, e := range es {

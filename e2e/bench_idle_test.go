@@ -1,0 +1,133 @@
+//go:build bench && unix
+
+package e2e
+
+// TestBenchIdleStoreLoad measures what an idle fleet writes to etcd: the same fleet (same
+// instances, ttl 2s) with one election and with shard sets of several sizes, each on an
+// etcd of its own, counted over a window once every shard is placed and the fleet has
+// settled. A store write is one revision (a transaction, a put, a lease's keys going);
+// the keys written count each key a write changed (the watch's events). Lease renewals
+// (keepalives) write no revision and are counted apart, from etcd's own metrics. See
+// BENCHMARKS.md.
+//
+//	go test -tags bench -run TestBenchIdleStoreLoad -v -timeout 60m ./e2e -bench.idle.shards 256,1024 -bench.instances 5
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/safety"
+)
+
+var (
+	benchIdleShards = flag.String("bench.idle.shards", "256", "TestBenchIdleStoreLoad: shard set sizes to measure besides one election, comma-separated")
+	benchIdleWindow = flag.Duration("bench.idle.window", 20*time.Second, "TestBenchIdleStoreLoad: how long each fleet is measured")
+)
+
+// idleLoad is what a fleet wrote to etcd per second.
+type idleLoad struct {
+	writes, keys, keepalives float64
+}
+
+// requests is the store requests that change something: writes and lease renewals.
+func (l idleLoad) requests() float64 { return l.writes + l.keepalives }
+
+func TestBenchIdleStoreLoad(t *testing.T) {
+	needCaddy(t)
+	sizes := []int{0}
+	for _, s := range strings.Split(*benchIdleShards, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			t.Fatalf("-bench.idle.shards: %q is not a positive number", s)
+		}
+		sizes = append(sizes, n)
+	}
+	var one idleLoad
+	for _, n := range sizes {
+		name := "one_election"
+		if n > 0 {
+			name = fmt.Sprintf("%d_shards", n)
+		}
+		t.Run(name, func(t *testing.T) {
+			got := measureIdle(t, n)
+			if n == 0 {
+				one = got
+			}
+			t.Logf("%s, %d instances, idle for %v: %.1f writes/s, %.1f keys written/s, %.1f lease keepalives/s, %.1f requests/s (writes and keepalives); %.2fx / %.2fx / %.2fx / %.2fx one election's",
+				name, *benchInstances, *benchIdleWindow, got.writes, got.keys, got.keepalives, got.requests(),
+				got.writes/one.writes, got.keys/one.keys, got.keepalives/one.keepalives, got.requests()/one.requests())
+		})
+	}
+}
+
+// measureIdle starts a fleet with a shard set of shards (one election without), waits for
+// it to settle, and counts what it writes over the window.
+func measureIdle(t *testing.T, shards int) idleLoad {
+	etcd := etcdtest.Start(t, 1)
+	env := safety.NewEnv[*etcdProcs](t, caddyBin, nil, Config{Follower: "forward", Endpoints: etcd.Endpoints(), Shards: shards})
+	env.LaunchWithin(t, *benchInstances, 10*time.Minute)
+	time.Sleep(5 * time.Second) // the last moves' handovers and announcements
+	cli := etcd.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, err := cli.Get(ctx, "\x00", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := 0
+	events := cli.Watch(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(first.Header.Revision+1))
+	keepalives := func() float64 { return etcdMetric(t, etcd.Endpoint(0), "etcd_debugging_lease_renewed_total") }
+	k0 := keepalives()
+	timer := time.NewTimer(*benchIdleWindow)
+	defer timer.Stop()
+	for done := false; !done; {
+		select {
+		case resp := <-events:
+			keys += len(resp.Events)
+		case <-timer.C:
+			done = true
+		}
+	}
+	last, err := cli.Get(ctx, "\x00", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs := benchIdleWindow.Seconds()
+	return idleLoad{
+		writes:     float64(last.Header.Revision-first.Header.Revision) / secs,
+		keys:       float64(keys) / secs,
+		keepalives: (keepalives() - k0) / secs,
+	}
+}
+
+// etcdMetric reads one counter from an etcd member's /metrics (0 if it has none).
+func etcdMetric(t *testing.T, endpoint, name string) float64 {
+	resp, err := http.Get(endpoint + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		if f := strings.Fields(line); len(f) == 2 {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			sum += v
+		}
+	}
+	return sum
+}

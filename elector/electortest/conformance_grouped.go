@@ -1,0 +1,184 @@
+package electortest
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// RunGrouped checks the rules a store that groups heartbeats (elector.HeartbeatGrouper)
+// adds to elector.Backend's, for elections the harness names in a group its clients
+// grouped. Each holder watches its keys, as an elector does. Run(t, newHarness) with the
+// same harness checks that grouped elections keep every other rule.
+func RunGrouped(t *testing.T, newHarness func(t *testing.T) Harness) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, h *harness)
+	}{
+		{"heartbeats_of_many_keys_share_a_write_and_each_is_reported", heartbeatsShareAWrite},
+		{"expire_waits_for_the_holders_beacon", expireWaitsForTheBeacon},
+		{"heartbeat_of_a_deleted_key_fails_and_the_others_go_on", heartbeatOfADeletedKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			gh := &harness{Harness: h, t: t, election: h.Election()}
+			if _, ok := gh.NewClient(t).(elector.HeartbeatGrouper); !ok {
+				t.Skip("the store does not group heartbeats")
+			}
+			tc.run(t, gh)
+		})
+	}
+}
+
+// held is one key a holder won, and the watches of it.
+type held struct {
+	election string
+	won      elector.Observation
+	value    []byte
+	// own is the holder's watch, follower a follower's, from when each saw the key.
+	own, follower <-chan elector.Observation
+}
+
+// holdMany has a win n keys of the group under lease la, each watched by a and by b from
+// what each saw.
+func (h *harness) holdMany(a elector.Backend, la elector.LeaseID, b elector.Backend, n int) []held {
+	h.t.Helper()
+	keys := make([]held, n)
+	for i := range keys {
+		name := h.election
+		if i > 0 {
+			name = h.Election()
+		}
+		value := []byte("holder of " + name)
+		won, err := a.Campaign(h.ctx(), name, value, la)
+		if err != nil || won.Holder == nil || won.Holder.Lease != la {
+			h.t.Fatalf("Campaign(%s) = %+v, %v; want a win", name, won.Holder, err)
+		}
+		seen, err := b.Observe(h.ctx(), name)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		keys[i] = held{election: name, won: won, value: value,
+			own: h.watchOf(a, name, won.Revision), follower: h.watchOf(b, name, seen.Revision)}
+	}
+	return keys
+}
+
+func (h *harness) watchOf(b elector.Backend, election string, afterRev int64) <-chan elector.Observation {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.t.Cleanup(cancel)
+	return b.Watch(ctx, election, afterRev)
+}
+
+// beatAll sends a heartbeat (an Update with the value the key holds) of every key at once
+// and returns what each Update answered.
+func (h *harness) beatAll(a elector.Backend, keys []held) []bool {
+	oks := make([]bool, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := a.Update(h.ctx(), k.election, k.won.Holder.Token, k.value)
+			if err != nil {
+				h.t.Errorf("heartbeat of %s: %v", k.election, err)
+			}
+			oks[i] = ok
+		}()
+	}
+	wg.Wait()
+	return oks
+}
+
+// heartbeatsShareAWrite: the heartbeats of many keys sent at once are carried by fewer
+// writes than keys, each follower's watch reports one for its key (same holder, same
+// token, a later revision), and a vacancy comes after them.
+// A key may be reported more than once: every beacon of the lease counts for each key it
+// holds.
+func heartbeatsShareAWrite(t *testing.T, h *harness) {
+	a, la, _ := h.client()
+	b, _, _ := h.client()
+	keys := h.holdMany(a, la, b, 16)
+	for i, ok := range h.beatAll(a, keys) {
+		if !ok {
+			t.Fatalf("heartbeat of %s = false; want true", keys[i].election)
+		}
+	}
+	revs := map[int64]bool{}
+	for _, k := range keys {
+		o := h.next(k.follower)
+		if o.Holder == nil || o.Holder.Token != k.won.Holder.Token || o.Holder.Lease != la || string(o.Holder.Value) != string(k.value) {
+			t.Fatalf("%s: the follower's watch reported %+v after the heartbeat; want the same holder", k.election, o.Holder)
+		}
+		if o.Revision <= k.won.Revision {
+			t.Fatalf("%s: the heartbeat was reported at revision %d, not after the campaign's %d", k.election, o.Revision, k.won.Revision)
+		}
+		revs[o.Revision] = true
+	}
+	if len(revs) > len(keys)/2 {
+		t.Fatalf("the heartbeats of %d keys were %d writes; want them to share", len(keys), len(revs))
+	}
+	if err := a.Revoke(h.ctx(), la); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		h.untilVacant(k.follower) // a lease's beacon is a heartbeat of every key it holds
+	}
+}
+
+// expireWaitsForTheBeacon: a follower that saw the key before the holder's last heartbeat
+// cannot expire it; one that saw the heartbeat can, and the holder's next heartbeat then
+// fails.
+func expireWaitsForTheBeacon(t *testing.T, h *harness) {
+	a, la, _ := h.client()
+	b, _, _ := h.client()
+	k := h.holdMany(a, la, b, 1)[0]
+	token := k.won.Holder.Token
+	before := h.observe(b).Revision
+	if !h.beatAll(a, []held{k})[0] {
+		t.Fatal("heartbeat = false; want true")
+	}
+	beat := h.next(k.follower)
+	if ok, err := b.Expire(h.ctx(), k.election, token, before); err != nil || ok {
+		t.Fatalf("Expire as of a revision before the heartbeat = %v, %v; want false", ok, err)
+	}
+	if ok, err := b.Expire(h.ctx(), k.election, token, beat.Revision); err != nil || !ok {
+		t.Fatalf("Expire as of the heartbeat = %v, %v; want true", ok, err)
+	}
+	h.untilVacant(k.own)
+	if ok, err := a.Update(h.ctx(), k.election, token, k.value); err != nil || ok {
+		t.Fatalf("heartbeat of an expired key = %v, %v; want false", ok, err)
+	}
+}
+
+// heartbeatOfADeletedKey: of two keys under one lease, the one deleted (by a follower's
+// Expire, as an operator's delete) answers false; the other's heartbeats go on.
+func heartbeatOfADeletedKey(t *testing.T, h *harness) {
+	a, la, _ := h.client()
+	b, _, _ := h.client()
+	keys := h.holdMany(a, la, b, 2)
+	gone, kept := keys[0], keys[1]
+	if got := h.beatAll(a, keys); !got[0] || !got[1] {
+		t.Fatalf("first heartbeats = %v; want [true true]", got)
+	}
+	seen := h.next(gone.follower)
+	if ok, err := b.Expire(h.ctx(), gone.election, gone.won.Holder.Token, seen.Revision); err != nil || !ok {
+		t.Fatalf("Expire = %v, %v; want true", ok, err)
+	}
+	h.untilVacant(gone.own)
+	if got := h.beatAll(a, keys); got[0] || !got[1] {
+		t.Fatalf("heartbeats after the delete of %s: %v; want [false true]", gone.election, got)
+	}
+	if o, err := b.Observe(h.ctx(), kept.election); err != nil || o.Holder == nil || o.Holder.Token != kept.won.Holder.Token {
+		t.Fatalf("%s after the other's delete: %+v, %v; want still held", kept.election, o.Holder, err)
+	}
+}
+
+// untilVacant waits for the watch to report the key vacant.
+func (h *harness) untilVacant(ch <-chan elector.Observation) {
+	h.t.Helper()
+	for o := h.next(ch); o.Holder != nil; o = h.next(ch) {
+	}
+}

@@ -1,0 +1,654 @@
+package etcdbackend
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// Grouped heartbeats (elector.HeartbeatGrouper). The elections of a group (a shard set,
+// <group>.<n>) live under one key prefix, and so does one beacon key per lease,
+// <group>./beacons/<lease>, bound to the lease. A heartbeat of a key that holds the value
+// last written puts the lease's beacon instead of the key: one put per lease and renewal
+// for all the keys the lease holds in the group.
+//
+// One etcd watch of the prefix per group (a groupStream) shows the keys and the beacons in
+// revision order. It serves every Watch of the group's elections, reporting a beacon as a
+// change of each key its lease holds, and it tells a heartbeat whether its key was still
+// the term's at the beacon's revision: the beacon proves the key alive only if the key was
+// not deleted before it, and the ordered stream shows exactly that, without reading the
+// keys. Expire compares the beacon's mod revision with the key's.
+
+// GroupHeartbeats implements elector.HeartbeatGrouper.
+func (b *Backend) GroupHeartbeats(name string) {
+	b.groupsMu.Lock()
+	defer b.groupsMu.Unlock()
+	if b.groups == nil {
+		b.groups = map[string]*group{}
+	}
+	if _, ok := b.groups[name]; !ok {
+		b.groups[name] = &group{b: b, name: name, prefix: b.Key(name + "."), batchers: map[elector.LeaseID]*beaconBatcher{}}
+	}
+}
+
+// groupOf returns the group of election, nil if it has none.
+func (b *Backend) groupOf(election string) *group {
+	i := strings.LastIndexByte(election, '.')
+	if i < 0 {
+		return nil
+	}
+	b.groupsMu.Lock()
+	defer b.groupsMu.Unlock()
+	return b.groups[election[:i]]
+}
+
+// written is what this backend last wrote to an election's key, for the term token.
+type written struct {
+	token int64
+	lease elector.LeaseID
+	value []byte
+}
+
+func (b *Backend) wrote(election string, w written) { b.written.Store(election, w) }
+
+// heartbeat reports the lease of the term token of election if value is what this backend
+// last wrote there: an Update that changes nothing but the key's liveness.
+func (b *Backend) heartbeat(election string, token int64, value []byte) (elector.LeaseID, bool) {
+	v, ok := b.written.Load(election)
+	if !ok {
+		return 0, false
+	}
+	w := v.(written)
+	return w.lease, w.token == token && w.lease != 0 && bytes.Equal(w.value, value)
+}
+
+// ringSize is how many events, at least, a group's stream keeps for Watch calls that start from a
+// revision it has already passed (every Watch follows a read, a moment earlier).
+const ringSize = 16384
+
+// beaconTimeout bounds one put of a beacon.
+const beaconTimeout = 5 * time.Second
+
+type group struct {
+	b      *Backend
+	name   string
+	prefix string // of every key of the group's elections and of its beacons
+
+	mu       sync.Mutex
+	st       *groupStream // nil while no Watch of the group runs
+	batchers map[elector.LeaseID]*beaconBatcher
+}
+
+func (g *group) beaconKey(lease elector.LeaseID) string {
+	return g.prefix + "/beacons/" + leaseHex(lease)
+}
+
+func leaseHex(id elector.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
+
+// groupEvent is one change the stream showed: of an election's key (holder nil when
+// deleted), or a beacon put (election empty).
+type groupEvent struct {
+	rev      int64
+	election string
+	holder   *elector.Holder
+	lease    elector.LeaseID // of the beacon
+}
+
+// groupStream is one watch of the group's prefix and what it has shown.
+type groupStream struct {
+	cancel context.CancelFunc
+	// pos is the revision of the last event processed; every event after dropped is in
+	// ring, oldest first.
+	pos     int64
+	dropped int64
+	ring    []groupEvent
+	subs    map[string]map[*groupSub]struct{}          // by election
+	byLease map[elector.LeaseID]map[*groupSub]struct{} // subscribers whose key the lease holds
+	held    map[elector.LeaseID]map[string]int         // the keys each lease holds: subscribers of each
+	beats   map[elector.LeaseID][]*beatBatch           // heartbeats waiting for their beacon
+}
+
+// groupSub is one Watch of an election of the group.
+type groupSub struct {
+	election string
+	after    int64           // changes up to after are reported already, or not wanted
+	holder   *elector.Holder // the key's holder as of max(after, the stream's pos)
+	queue    []elector.Observation
+	failed   error
+	wake     chan struct{}
+}
+
+func (s *groupSub) push(o elector.Observation) {
+	s.queue = append(s.queue, o)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// watchGrouped implements Watch for an election of group g.
+func (g *group) watchGrouped(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
+	out := make(chan elector.Observation, 1)
+	go func() {
+		defer close(out)
+		fail := func(err error) {
+			select {
+			case out <- elector.Observation{Err: err}:
+			case <-ctx.Done():
+			}
+		}
+		h, err := g.holderAt(ctx, election, afterRev)
+		if err != nil {
+			fail(err)
+			return
+		}
+		sub := &groupSub{election: election, after: afterRev, holder: h, wake: make(chan struct{}, 1)}
+		if err := g.join(sub); err != nil {
+			fail(err)
+			return
+		}
+		defer g.leave(sub)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sub.wake:
+			}
+			g.mu.Lock()
+			queue, failed := sub.queue, sub.failed
+			sub.queue = nil
+			g.mu.Unlock()
+			for _, o := range queue {
+				select {
+				case out <- o:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if failed != nil {
+				fail(failed)
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// holderAt reads who held election's key at revision rev.
+func (g *group) holderAt(ctx context.Context, election string, rev int64) (*elector.Holder, error) {
+	cli, err := g.b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	at := g.b.mark()
+	resp, err := cli.Get(leaderCtx(ctx), g.b.Key(election), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, g.b.describe(err)
+	}
+	if err := g.b.checked(at, resp.Header); err != nil {
+		return nil, err
+	}
+	o, err := g.b.termChecked(at, election, observation(rev, resp.Kvs))
+	return o.Holder, err
+}
+
+// join adds sub to the stream, starting one from sub.after if none runs, and queues what
+// the stream showed after sub.after.
+func (g *group) join(sub *groupSub) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.st
+	switch {
+	case st == nil:
+		st = g.startLocked(sub.after)
+	case sub.after < st.dropped:
+		// Watches start in the order their reads ended, not always the order of the
+		// reads: watch again from the older revision, for everyone.
+		st = g.restartLocked(st, sub.after)
+	}
+	for _, ev := range st.ring {
+		g.applyLocked(st, sub, ev)
+	}
+	if st.subs[sub.election] == nil {
+		st.subs[sub.election] = map[*groupSub]struct{}{}
+	}
+	st.subs[sub.election][sub] = struct{}{}
+	st.index(sub, nil, sub.holder)
+	return nil
+}
+
+// leave removes sub; the stream stops with its last subscriber.
+func (g *group) leave(sub *groupSub) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.st
+	if st == nil || st.subs[sub.election] == nil {
+		return
+	}
+	if _, ok := st.subs[sub.election][sub]; !ok {
+		return
+	}
+	delete(st.subs[sub.election], sub)
+	if len(st.subs[sub.election]) == 0 {
+		delete(st.subs, sub.election)
+	}
+	st.index(sub, sub.holder, nil)
+	if len(st.subs) == 0 {
+		g.stopLocked(st, nil)
+	}
+}
+
+// index moves sub from the set of the lease that held its key (from) to the set of the
+// one that holds it now (to).
+func (st *groupStream) index(sub *groupSub, from, to *elector.Holder) {
+	if from != nil {
+		if set := st.byLease[from.Lease]; set != nil {
+			if _, ok := set[sub]; ok {
+				delete(set, sub)
+				if st.held[from.Lease][sub.election]--; st.held[from.Lease][sub.election] <= 0 {
+					delete(st.held[from.Lease], sub.election)
+				}
+			}
+			if len(set) == 0 {
+				delete(st.byLease, from.Lease)
+				delete(st.held, from.Lease)
+			}
+		}
+	}
+	if to != nil {
+		if st.byLease[to.Lease] == nil {
+			st.byLease[to.Lease] = map[*groupSub]struct{}{}
+			st.held[to.Lease] = map[string]int{}
+		}
+		if _, ok := st.byLease[to.Lease][sub]; !ok {
+			st.byLease[to.Lease][sub] = struct{}{}
+			st.held[to.Lease][sub.election]++
+		}
+	}
+}
+
+// applyLocked queues what ev means to sub, if anything: a change of its key, or a beacon of
+// the lease that holds it.
+func (g *group) applyLocked(st *groupStream, sub *groupSub, ev groupEvent) {
+	if ev.rev <= sub.after {
+		return
+	}
+	switch {
+	case ev.election == sub.election:
+		st.index(sub, sub.holder, ev.holder)
+		sub.holder = ev.holder
+		sub.push(elector.Observation{Revision: ev.rev, Holder: ev.holder})
+	case ev.election == "" && sub.holder != nil && sub.holder.Lease == ev.lease:
+		sub.push(elector.Observation{Revision: ev.rev, Holder: sub.holder})
+	default:
+		return
+	}
+	sub.after = ev.rev
+}
+
+// restartLocked replaces st with a stream from after the revision from, older than st's
+// first, and moves st's subscribers over; each has seen what st showed it (sub.after), and
+// the new stream shows it only what comes after. Heartbeats waiting for st write their
+// keys instead.
+func (g *group) restartLocked(st *groupStream, from int64) *groupStream {
+	subs, byLease, held := st.subs, st.byLease, st.held
+	st.subs, st.byLease, st.held = nil, nil, nil
+	g.stopLocked(st, nil)
+	next := g.startLocked(from)
+	next.subs, next.byLease, next.held = subs, byLease, held
+	return next
+}
+
+// startLocked starts a watch of the group's prefix from after the revision after.
+func (g *group) startLocked(after int64) *groupStream {
+	ctx, cancel := context.WithCancel(g.b.ctx)
+	st := &groupStream{
+		cancel: cancel, pos: after, dropped: after,
+		subs:    map[string]map[*groupSub]struct{}{},
+		byLease: map[elector.LeaseID]map[*groupSub]struct{}{},
+		held:    map[elector.LeaseID]map[string]int{},
+		beats:   map[elector.LeaseID][]*beatBatch{},
+	}
+	g.st = st
+	go func() {
+		broken := make(chan error, 1)
+		watchKey(ctx, g.b, g.prefix, after, broken,
+			func(at mark, evs []*clientv3.Event) ([]error, error) {
+				events, err := g.events(at, evs)
+				g.process(st, events)
+				return nil, err
+			},
+			func(err error) error { return err },
+			clientv3.WithPrefix())
+		err := errors.New("etcd watch closed")
+		select {
+		case err = <-broken:
+		default:
+		}
+		g.mu.Lock()
+		g.stopLocked(st, err)
+		g.mu.Unlock()
+	}()
+	return st
+}
+
+// stopLocked ends st: its subscribers are told err (nothing if nil: they have all left),
+// and the heartbeats waiting for it are answered "unknown", which makes them write their
+// keys instead.
+func (g *group) stopLocked(st *groupStream, err error) {
+	if g.st != st {
+		return
+	}
+	g.st = nil
+	st.cancel()
+	for _, subs := range st.subs {
+		for sub := range subs {
+			sub.failed = err
+			select {
+			case sub.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	for _, batches := range st.beats {
+		for _, batch := range batches {
+			batch.resolve(nil, nil)
+		}
+	}
+}
+
+// events converts a watch response's events of the group's keys and beacons; it stops at
+// the first that fails the rewind checks and returns those before it with the error.
+func (g *group) events(at mark, evs []*clientv3.Event) ([]groupEvent, error) {
+	out := make([]groupEvent, 0, len(evs))
+	for _, ev := range evs {
+		rest := string(ev.Kv.Key[len(g.prefix):])
+		switch {
+		case strings.HasPrefix(rest, "/beacons/"):
+			if ev.Type != clientv3.EventTypePut {
+				continue // revoked with its lease, whose keys go in the same revision
+			}
+			id, err := strconv.ParseInt(strings.TrimPrefix(rest, "/beacons/"), 16, 64)
+			if err != nil {
+				continue
+			}
+			out = append(out, groupEvent{rev: ev.Kv.ModRevision, lease: elector.LeaseID(id)})
+		case rest != "" && !strings.Contains(rest, "/"):
+			election := g.name + "." + rest
+			o := elector.Observation{Revision: ev.Kv.ModRevision}
+			if ev.Type == clientv3.EventTypePut {
+				o.Holder = holder(ev.Kv)
+			}
+			o, err := g.b.termChecked(at, election, o)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, groupEvent{rev: o.Revision, election: election, holder: o.Holder})
+		}
+	}
+	return out, nil
+}
+
+// process applies events, in order, to the subscribers and the waiting heartbeats.
+func (g *group) process(st *groupStream, events []groupEvent) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.st != st {
+		return
+	}
+	for _, ev := range events {
+		st.ring = append(st.ring, ev)
+		if n := len(st.ring); n > 2*ringSize {
+			st.dropped = st.ring[n-ringSize-1].rev
+			st.ring = append(st.ring[:0], st.ring[n-ringSize:]...)
+		}
+		st.pos = ev.rev
+		if ev.election != "" {
+			for sub := range st.subs[ev.election] {
+				g.applyLocked(st, sub, ev)
+			}
+			continue
+		}
+		for _, batch := range st.beats[ev.lease] {
+			batch.seen(ev.rev, st.judge(batch, ev.rev)) // before the beacon moves sub.after
+		}
+		st.dropResolved(ev.lease)
+		for sub := range st.byLease[ev.lease] {
+			g.applyLocked(st, sub, ev)
+		}
+	}
+}
+
+// A heartbeat's answer from the beacon: its key was the term's at the beacon's revision,
+// certainly was not, or the stream cannot tell (no Watch of the key from before it).
+type beatAnswer uint8
+
+const (
+	beatUnknown beatAnswer = iota
+	beatHeld
+	beatGone
+)
+
+// judge answers each heartbeat of batch as of the beacon at rev, from the subscribers of
+// its key: a term's key is its term's from its token until it is deleted, once.
+func (st *groupStream) judge(batch *beatBatch, rev int64) map[string]beatAnswer {
+	answers := make(map[string]beatAnswer, len(batch.keys))
+	for election, token := range batch.keys {
+		answer := beatUnknown
+		for sub := range st.subs[election] {
+			switch {
+			case sub.holder != nil && sub.holder.Token == token && sub.holder.Lease == batch.lease:
+				answer = beatHeld
+			case sub.after < rev && answer == beatUnknown:
+				answer = beatGone // its state is the key's just before rev
+			}
+		}
+		answers[election] = answer
+	}
+	return answers
+}
+
+func (st *groupStream) dropResolved(lease elector.LeaseID) {
+	batches := st.beats[lease][:0]
+	for _, b := range st.beats[lease] {
+		if !b.resolved() {
+			batches = append(batches, b)
+		}
+	}
+	if len(batches) == 0 {
+		delete(st.beats, lease)
+	} else {
+		st.beats[lease] = batches
+	}
+}
+
+// beatBatch is the heartbeats one beacon put answers.
+type beatBatch struct {
+	lease elector.LeaseID
+	keys  map[string]int64 // election -> token
+	// rev is the beacon's revision once the put returned; before that, the answers at
+	// every beacon of the lease the stream showed are kept, since the stream may show the
+	// put before its answer arrives.
+	rev     int64
+	answers map[int64]map[string]beatAnswer
+	// full is closed when every key the lease holds has a heartbeat in the batch.
+	full   chan struct{}
+	isFull bool
+	done   chan struct{}
+	result map[string]beatAnswer
+	err    error
+}
+
+func (b *beatBatch) resolved() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (b *beatBatch) resolve(result map[string]beatAnswer, err error) {
+	if b.resolved() {
+		return
+	}
+	b.result, b.err = result, err
+	close(b.done)
+}
+
+func (b *beatBatch) seen(rev int64, answers map[string]beatAnswer) {
+	switch {
+	case b.rev == rev:
+		b.resolve(answers, nil)
+	case b.rev == 0:
+		if b.answers == nil {
+			b.answers = map[int64]map[string]beatAnswer{}
+		}
+		b.answers[rev] = answers
+	}
+}
+
+// beaconBatcher puts one lease's beacon, one put at a time: the heartbeats that arrive
+// while a put is on its way share the next one, which is sent after they arrived (a
+// heartbeat may count only on a write sent after it began).
+type beaconBatcher struct {
+	next    *beatBatch
+	sending bool
+}
+
+// beat answers a heartbeat of election's term token, held under lease, with a beacon.
+func (g *group) beat(ctx context.Context, election string, token int64, lease elector.LeaseID) (beatAnswer, error) {
+	g.mu.Lock()
+	if g.st == nil || len(g.st.subs[election]) == 0 {
+		g.mu.Unlock()
+		return beatUnknown, nil // nothing here watches the key: write it
+	}
+	bb := g.batchers[lease]
+	if bb == nil {
+		bb = &beaconBatcher{}
+		g.batchers[lease] = bb
+	}
+	if bb.next == nil {
+		bb.next = &beatBatch{lease: lease, keys: map[string]int64{}, done: make(chan struct{}), full: make(chan struct{})}
+	}
+	batch := bb.next
+	batch.keys[election] = token
+	if len(batch.keys) >= len(g.st.held[lease]) && !batch.isFull {
+		batch.isFull = true
+		close(batch.full) // every key the lease holds is in: no need to wait for more
+	}
+	if !bb.sending {
+		bb.sending = true
+		go g.send(lease, bb)
+	}
+	g.mu.Unlock()
+	select {
+	case <-batch.done:
+		return batch.result[election], batch.err
+	case <-ctx.Done():
+		return beatUnknown, ctx.Err()
+	}
+}
+
+// beaconGather is how long a beacon waits for the heartbeats of the other keys its lease
+// holds once the first has come: they are all sent at one renewal, and one put should
+// carry them all, not the first alone and the rest in a second.
+const beaconGather = 20 * time.Millisecond
+
+// send puts lease's beacon for each batch of heartbeats in turn, until none waits.
+func (g *group) send(lease elector.LeaseID, bb *beaconBatcher) {
+	for {
+		g.mu.Lock()
+		next := bb.next
+		g.mu.Unlock()
+		if next != nil {
+			gather := time.NewTimer(beaconGather)
+			select {
+			case <-next.full:
+			case <-gather.C:
+			}
+			gather.Stop()
+		}
+		g.mu.Lock()
+		batch, st := bb.next, g.st
+		bb.next = nil
+		if batch == nil {
+			bb.sending = false
+			delete(g.batchers, lease)
+			g.mu.Unlock()
+			return
+		}
+		if st == nil {
+			g.mu.Unlock()
+			batch.resolve(nil, nil)
+			continue
+		}
+		st.beats[lease] = append(st.beats[lease], batch)
+		g.mu.Unlock()
+
+		rev, err := g.putBeacon(lease)
+
+		g.mu.Lock()
+		switch {
+		case err != nil:
+			batch.resolve(nil, err)
+		case batch.answers[rev] != nil:
+			batch.resolve(batch.answers[rev], nil)
+		case g.st != st || st.pos >= rev:
+			batch.resolve(nil, nil) // the stream broke, or passed the beacon unseen
+		default:
+			batch.rev = rev
+		}
+		if g.st == st {
+			st.dropResolved(lease)
+		}
+		g.mu.Unlock()
+	}
+}
+
+// putBeacon writes lease's beacon and returns the revision of the write.
+func (g *group) putBeacon(lease elector.LeaseID) (int64, error) {
+	ctx, cancel := context.WithTimeout(g.b.ctx, beaconTimeout)
+	defer cancel()
+	cli, err := g.b.client(ctx)
+	if err != nil {
+		return 0, err
+	}
+	at := g.b.mark()
+	resp, err := cli.Put(leaderCtx(ctx), g.beaconKey(lease), "", clientv3.WithLease(clientv3.LeaseID(lease)))
+	if err != nil {
+		return 0, g.b.describe(mapLeaseErr(err))
+	}
+	if err := g.b.checked(at, resp.Header); err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// expireGuard is the comparison Expire adds for a key of group g: its holder's beacon
+// unwritten since rev. It reads the key for its lease; ok is false if the key is no
+// longer the term token's.
+func (g *group) expireGuard(ctx context.Context, cli *clientv3.Client, election string, token, rev int64) (cmp clientv3.Cmp, ok bool, err error) {
+	at := g.b.mark()
+	resp, err := cli.Get(leaderCtx(ctx), g.b.Key(election))
+	if err != nil {
+		return cmp, false, g.b.describe(err)
+	}
+	if err := g.b.checked(at, resp.Header); err != nil {
+		return cmp, false, err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != token {
+		return cmp, false, nil
+	}
+	return clientv3.Compare(clientv3.ModRevision(g.beaconKey(elector.LeaseID(resp.Kvs[0].Lease))), "<", rev+1), true, nil
+}
+
+var _ elector.HeartbeatGrouper = (*Backend)(nil)
