@@ -128,25 +128,14 @@ func (h *HealthHandler) Provision(ctx caddy.Context) error {
 
 // provisionShards sets up a handler that answers for the shard of each request's key.
 func (h *HealthHandler) provisionShards(ctx caddy.Context) error {
-	if err := h.checkShard(); err != nil {
-		return err
+	if h.ShardSet != "" && h.StandbyOK {
+		return fmt.Errorf("leader_health: %v", errStandbyOKWithShard)
 	}
 	_, set, key, err := joinShardSet(ctx, "leader_health", h.Election, h.ShardSet, h.ShardKey)
 	if err != nil {
 		return err
 	}
 	h.shards, h.key = set.elections, key
-	return nil
-}
-
-// checkShard checks the shard options, naming the first bad field.
-func (h *HealthHandler) checkShard() error {
-	if err := checkShardRoute(h.Election, h.ShardSet, h.ShardKey); err != nil {
-		return fmt.Errorf("leader_health: %v", err)
-	}
-	if h.ShardSet != "" && h.StandbyOK {
-		return fmt.Errorf("leader_health: %v", errStandbyOKWithShard)
-	}
 	return nil
 }
 
@@ -199,11 +188,7 @@ func (h *HealthHandler) electionOf(r *http.Request) (*elector.Election, int) {
 	if h.shards == nil {
 		return h.election, -1
 	}
-	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if repl == nil {
-		repl = caddy.NewReplacer()
-	}
-	s := h.key.shard(r, repl, len(h.shards))
+	s := h.key.requestShard(r, len(h.shards))
 	return h.shards[s], s
 }
 

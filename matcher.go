@@ -78,10 +78,7 @@ func (m *Matcher) MatchWithError(r *http.Request) (bool, error) {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	e, placeholders := m.election, m.placeholders
 	if m.routes != nil {
-		if repl == nil {
-			repl = caddy.NewReplacer()
-		}
-		rt := m.routes[m.key.shard(r, repl, len(m.routes))]
+		rt := m.routes[m.key.requestShard(r, len(m.routes))]
 		e, placeholders = rt.election, rt.placeholders
 	}
 	t, leading := e.Check()

@@ -80,6 +80,16 @@ func (k shardKey) shard(r *http.Request, repl *caddy.Replacer, count int) int {
 	return shards.Of(k.of(r, repl), count)
 }
 
+// requestShard is shard with r's own replacer, or a new one for a request that did not
+// come through Caddy's HTTP server.
+func (k shardKey) requestShard(r *http.Request, count int) int {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		repl = caddy.NewReplacer()
+	}
+	return k.shard(r, repl, count)
+}
+
 // pathSegment is segment i of path, counted from 0 after the leading slash, as Caddy's
 // {http.request.uri.path.i} gives it; "" when there are fewer.
 func pathSegment(path string, i int) string {

@@ -129,11 +129,7 @@ const markVar = "leader_upstreams_mark"
 // GetUpstreams implements reverseproxy.UpstreamSource.
 func (u *LeaderUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
 	if u.shards != nil {
-		repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-		if repl == nil {
-			repl = caddy.NewReplacer()
-		}
-		return u.shards[u.key.shard(r, repl, len(u.shards))].GetUpstreams(r)
+		return u.shards[u.key.requestShard(r, len(u.shards))].GetUpstreams(r)
 	}
 	if v := r.Header.Get(ForwardedByHeader); v != "" && v != caddyhttp.GetVar(r.Context(), markVar) {
 		return nil, errAlreadyForwarded

@@ -185,13 +185,11 @@ func (c *Candidate) Election(name string) *Election {
 
 // GroupHeartbeats asks the store to carry the heartbeats of the elections named
 // group.<anything> in one write per renewal (see HeartbeatGrouper), if it can; call it
-// before the first of them starts. It reports whether the store groups them.
-func (c *Candidate) GroupHeartbeats(group string) bool {
-	g, ok := c.cfg.Backend.(HeartbeatGrouper)
-	if ok {
+// before the first of them starts.
+func (c *Candidate) GroupHeartbeats(group string) {
+	if g, ok := c.cfg.Backend.(HeartbeatGrouper); ok {
 		g.GroupHeartbeats(group)
 	}
-	return ok
 }
 
 // Elections lists the elections this candidate takes part in, in no particular order.

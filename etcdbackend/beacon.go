@@ -112,7 +112,6 @@ type groupStream struct {
 	ring    []groupEvent
 	subs    map[string]map[*groupSub]struct{}          // by election
 	byLease map[elector.LeaseID]map[*groupSub]struct{} // subscribers whose key the lease holds
-	held    map[elector.LeaseID]map[string]int         // the keys each lease holds: subscribers of each
 	beats   map[elector.LeaseID][]*beatBatch           // heartbeats waiting for their beacon
 }
 
@@ -251,27 +250,17 @@ func (g *group) leave(sub *groupSub) {
 func (st *groupStream) index(sub *groupSub, from, to *elector.Holder) {
 	if from != nil {
 		if set := st.byLease[from.Lease]; set != nil {
-			if _, ok := set[sub]; ok {
-				delete(set, sub)
-				if st.held[from.Lease][sub.election]--; st.held[from.Lease][sub.election] <= 0 {
-					delete(st.held[from.Lease], sub.election)
-				}
-			}
+			delete(set, sub)
 			if len(set) == 0 {
 				delete(st.byLease, from.Lease)
-				delete(st.held, from.Lease)
 			}
 		}
 	}
 	if to != nil {
 		if st.byLease[to.Lease] == nil {
 			st.byLease[to.Lease] = map[*groupSub]struct{}{}
-			st.held[to.Lease] = map[string]int{}
 		}
-		if _, ok := st.byLease[to.Lease][sub]; !ok {
-			st.byLease[to.Lease][sub] = struct{}{}
-			st.held[to.Lease][sub.election]++
-		}
+		st.byLease[to.Lease][sub] = struct{}{}
 	}
 }
 
@@ -299,11 +288,11 @@ func (g *group) applyLocked(st *groupStream, sub *groupSub, ev groupEvent) {
 // the new stream shows it only what comes after. Heartbeats waiting for st write their
 // keys instead.
 func (g *group) restartLocked(st *groupStream, from int64) *groupStream {
-	subs, byLease, held := st.subs, st.byLease, st.held
-	st.subs, st.byLease, st.held = nil, nil, nil
+	subs, byLease := st.subs, st.byLease
+	st.subs, st.byLease = nil, nil
 	g.stopLocked(st, nil)
 	next := g.startLocked(from)
-	next.subs, next.byLease, next.held = subs, byLease, held
+	next.subs, next.byLease = subs, byLease
 	return next
 }
 
@@ -314,7 +303,6 @@ func (g *group) startLocked(after int64) *groupStream {
 		cancel: cancel, pos: after, dropped: after,
 		subs:    map[string]map[*groupSub]struct{}{},
 		byLease: map[elector.LeaseID]map[*groupSub]struct{}{},
-		held:    map[elector.LeaseID]map[string]int{},
 		beats:   map[elector.LeaseID][]*beatBatch{},
 	}
 	g.st = st
@@ -456,6 +444,15 @@ func (st *groupStream) judge(batch *beatBatch, rev int64) map[string]beatAnswer 
 	return answers
 }
 
+// heldBy counts the keys lease holds among those watched here.
+func (st *groupStream) heldBy(lease elector.LeaseID) int {
+	keys := map[string]bool{}
+	for sub := range st.byLease[lease] {
+		keys[sub.election] = true
+	}
+	return max(len(keys), 1)
+}
+
 func (st *groupStream) dropResolved(lease elector.LeaseID) {
 	batches := st.beats[lease][:0]
 	for _, b := range st.beats[lease] {
@@ -479,9 +476,10 @@ type beatBatch struct {
 	// put before its answer arrives.
 	rev     int64
 	answers map[int64]map[string]beatAnswer
-	// full is closed when every key the lease holds has a heartbeat in the batch.
+	// want is how many keys the lease held when the batch began; full is closed when that
+	// many have a heartbeat in it.
+	want   int
 	full   chan struct{}
-	isFull bool
 	done   chan struct{}
 	result map[string]beatAnswer
 	err    error
@@ -537,12 +535,12 @@ func (g *group) beat(ctx context.Context, election string, token int64, lease el
 		g.batchers[lease] = bb
 	}
 	if bb.next == nil {
-		bb.next = &beatBatch{lease: lease, keys: map[string]int64{}, done: make(chan struct{}), full: make(chan struct{})}
+		bb.next = &beatBatch{lease: lease, keys: map[string]int64{}, want: g.st.heldBy(lease),
+			done: make(chan struct{}), full: make(chan struct{})}
 	}
 	batch := bb.next
 	batch.keys[election] = token
-	if len(batch.keys) >= len(g.st.held[lease]) && !batch.isFull {
-		batch.isFull = true
+	if len(batch.keys) == batch.want {
 		close(batch.full) // every key the lease holds is in: no need to wait for more
 	}
 	if !bb.sending {

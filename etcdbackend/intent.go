@@ -35,7 +35,7 @@ func (b *Backend) Announce(ctx context.Context, election, id string, value []byt
 		return err
 	}
 	at := b.mark()
-	key := b.candidatesPrefix(election) + id + "/" + strconv.FormatInt(int64(lease), 16)
+	key := b.candidatesPrefix(election) + id + "/" + leaseHex(lease)
 	resp, err := cli.Put(leaderCtx(ctx), key, string(value), clientv3.WithLease(clientv3.LeaseID(lease)))
 	if err != nil {
 		return b.describe(mapLeaseErr(err))
