@@ -247,15 +247,21 @@ func (e *Election) fence(m *fsMessage, now time.Time) fsReply {
 // that ended unproven hands p on, and its end is acknowledged only once p is complete.
 // Only the leader of the newest roster in the store can ride out a failsafe, and only
 // while every member confirms it. So:
-//   - a confirmation this instance gave for another term is waited out (it refuses any
+//   - no roster in the store, or a roster with a member that has no failsafe endpoint
+//     (that member refuses every round), means no term could ride one: nothing is owed,
+//     whatever this process, or an earlier one under its id, confirmed;
+//   - otherwise a confirmation this instance gave for another term, or one an earlier
+//     process of its id may have given (its first ttl), is waited out (it refuses any
 //     further one, since it holds a term now);
 //   - if this very process is in the newest roster, that is enough: the leader asks it
 //     (an instance of the same id in another process is not asked: roster entries name
 //     the process, see CandidateInfo.Boot);
-//   - a roster with a member that has no failsafe endpoint never carried a failsafe:
-//     that member refuses every round;
 //   - otherwise one member of that roster must promise (a fence) to confirm that term
 //     no more, and what it confirmed last is waited out.
+//
+// The roster is read after the term was won, so it shows every roster written before: a
+// roster an older term writes later is never confirmed, since confirming it takes a
+// heartbeat of that term's key, which is no longer its own.
 func (e *Election) proveNoFailsafe(p *proof) {
 	token := p.fenceAs
 	retry := newBackoff(50*time.Millisecond, min(time.Second, e.c.cfg.TTL/4))
@@ -263,12 +269,6 @@ func (e *Election) proveNoFailsafe(p *proof) {
 	for {
 		if _, failsafe := p.owes(); !failsafe {
 			return
-		}
-		if d := e.confirmedRemaining(token, e.c.now()); d > 0 {
-			if !sleepCtx(e.c.ctx, d) {
-				return
-			}
-			continue
 		}
 		r, err := e.latestRoster(e.c.ctx)
 		if err != nil {
@@ -278,7 +278,17 @@ func (e *Election) proveNoFailsafe(p *proof) {
 			}
 			continue
 		}
-		if r != nil && r.Token < token && !r.lists(e.c.cfg.ID, e.c.boot) && r.couldRide() {
+		if r == nil || !r.couldRide() {
+			p.failsafeProven()
+			return
+		}
+		if d := e.confirmedRemaining(token, e.c.now()); d > 0 {
+			if !sleepCtx(e.c.ctx, d) {
+				return
+			}
+			continue
+		}
+		if r.Token < token && !r.lists(e.c.cfg.ID, e.c.boot) {
 			until, ok := e.fenceRoster(r, token)
 			if !ok {
 				if !warned {

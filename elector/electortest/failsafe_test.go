@@ -333,3 +333,48 @@ func TestFailsafeAnswerRefusesForgeries(t *testing.T) {
 		})
 	}
 }
+
+// A candidate that fences other terms' rosters, started less than a ttl ago, takes over at
+// once once the old term acknowledged its end, when the store holds no roster a term could
+// ride a failsafe with: whatever an earlier process of its id confirmed, nobody rides on
+// it. The store's clock stops once the newcomer has started, so a wait for its first ttl
+// would never end. The old leader acknowledges only after the newcomer won (it is cut off
+// from the store when an operator deletes its key), as on a store whose release and
+// acknowledgement are two writes.
+func TestFencingNewcomerWithoutRosterTakesOverAtOnce(t *testing.T) {
+	t.Parallel()
+	s := electortest.NewStore()
+	mesh := electortest.NewMesh()
+	stopClock := keepTime(t, s) // the first leader waits a ttl for terms it cannot see
+	old, oldClient := startNewcomer(t, s, mesh, "old", fenceOnly)
+	awaitLeading(t, old)
+	e, _ := startNewcomer(t, s, mesh, "new", fenceOnly)
+	stopClock()
+	awaitTrue(t, "the newcomer sees the old leader", func() bool { return e.Term().Leader.ID == "old" })
+	token := old.Term().Token
+	old.Candidate().SetPriority(elector.NeverLead, false)
+	oldClient.SetDown(errDown)
+	s.Delete("main")
+	awaitTrue(t, "the newcomer wins", func() bool { return e.Term().Token > token })
+	oldClient.SetDown(nil)
+	awaitLeading(t, e)
+	if _, ok := old.Check(); ok {
+		t.Fatal("the old leader and the newcomer admit at once")
+	}
+}
+
+// awaitLeading waits until e admits.
+func awaitLeading(t *testing.T, e *elector.Election) {
+	t.Helper()
+	awaitTrue(t, e.Name()+" admits", func() bool { _, ok := e.Check(); return ok })
+}
+
+// awaitTrue waits up to within for cond.
+func awaitTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(within); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s did not happen within %s", what, within)
+		}
+	}
+}
