@@ -113,9 +113,14 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		// it as Prev, so that the new holder waits for that very term and never takes
 		// its own earlier term for the last one (an object deleted by an operator names
 		// none, and the new holder then waits out every term it did not see).
-		var prev int64
+		var (
+			prev         int64
+			prevReleased bool
+			prevWhy      string
+		)
 		if obj != nil {
 			prev, _ = strconv.ParseInt(obj.Annotations[annToken], 10, 64)
+			prevWhy, prevReleased = releasedBy(obj, prev)
 		}
 		at := b.revs.mark()
 		now := metav1.NowMicro()
@@ -128,6 +133,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 			}}
 		} else {
 			obj = obj.DeepCopy()
+			forgetRelease(obj) // this campaign consumes it, as Released does
 			transitions := int32(0)
 			if obj.Spec.LeaseTransitions != nil {
 				transitions = *obj.Spec.LeaseTransitions + 1
@@ -167,8 +173,55 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		if err := b.revs.term(at, election, token, rev); err != nil {
 			return elector.Observation{}, err
 		}
-		return elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: token}, Prev: prev}, nil
+		return elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: token},
+			Prev: prev, PrevReleased: prevReleased, PrevWhy: prevWhy}, nil
 	}
+}
+
+// consumeRelease removes the election object's note that term token released it, if it
+// says so, with a write conditional on the object read; it reports whether it did, and why
+// the term ended.
+func (b *Backend) consumeRelease(ctx context.Context, election string, token int64) (string, bool, error) {
+	leases, err := b.client()
+	if err != nil {
+		return "", false, err
+	}
+	for {
+		at := b.revs.mark()
+		obj, _, err := b.getNamed(ctx, at, b.electionName(election))
+		if err != nil {
+			return "", false, err
+		}
+		why, ok := releasedBy(obj, token)
+		if !ok {
+			return "", false, nil
+		}
+		obj = obj.DeepCopy()
+		forgetRelease(obj)
+		got, err := leases.Update(ctx, obj, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return "", false, b.describe("update", err)
+		}
+		return why, true, b.revs.check(at, got.ResourceVersion)
+	}
+}
+
+// forgetRelease removes obj's note of the term that released it.
+func forgetRelease(obj *coordv1.Lease) {
+	delete(obj.Annotations, annReleased)
+	delete(obj.Annotations, annWhy)
+}
+
+// releasedBy reports whether election object obj says that term token released it (see
+// Release), and why. The next campaign consumes the note, as Released does.
+func releasedBy(obj *coordv1.Lease, token int64) (why string, ok bool) {
+	if obj == nil || token == 0 || obj.Annotations[annReleased] != strconv.FormatInt(token, 10) {
+		return "", false
+	}
+	return obj.Annotations[annWhy], true
 }
 
 // Update implements elector.Backend.
@@ -204,22 +257,29 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	}
 }
 
-// Release implements elector.Backend. The acknowledgement goes first: two objects cannot
-// change in one request, and an acknowledgement of a term whose key stays (a stale
-// release) is true anyway, since only the term's holder releases it.
+// Release implements elector.Backend. A term that still holds the key is acknowledged in
+// the write that vacates it (the object keeps the released term's token and why, see
+// releasedBy), so a handover is one write, and the successor's campaign, which reads the
+// vacant object, learns of the acknowledgement without another request. A term that no
+// longer holds it gets an acknowledgement object of its own (Acknowledge): only the term's
+// holder releases it, so that acknowledgement is true too.
 func (b *Backend) Release(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
-	if err := b.Acknowledge(ctx, election, token, lease, why); err != nil {
-		return err
-	}
 	for {
 		o, obj, err := b.read(ctx, election)
 		if err != nil {
 			return err
 		}
 		if o.Holder == nil || o.Holder.Token != token {
-			return nil
+			return b.Acknowledge(ctx, election, token, lease, why)
 		}
 		at := b.revs.mark()
+		obj = obj.DeepCopy()
+		obj.Annotations[annReleased] = strconv.FormatInt(token, 10)
+		if why != "" {
+			obj.Annotations[annWhy] = why
+		} else {
+			delete(obj.Annotations, annWhy)
+		}
 		got, err := b.vacate(ctx, obj)
 		if apierrors.IsConflict(err) {
 			continue
@@ -258,7 +318,8 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	return nil
 }
 
-// Released implements elector.Backend: deleting the acknowledgement consumes it. It is
+// Released implements elector.Backend: an acknowledgement object, or else the election
+// object's note of the term released last (see Release); either is consumed. The object is
 // read first, for its why: a delete does not return the object deleted. The delete is
 // conditional on that very object, so that of two readers only one consumes it.
 func (b *Backend) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, string, error) {
@@ -279,6 +340,9 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 		}
 	case !apierrors.IsNotFound(err):
 		return false, "", b.describe("get", err)
+	}
+	if why, ok, err := b.consumeRelease(ctx, election, token); ok || err != nil {
+		return ok, why, err
 	}
 	if lease == 0 {
 		return false, "", nil

@@ -85,6 +85,48 @@ func TestElection(t *testing.T) {
 		})
 	})
 
+	t.Run("a_release_is_one_write_that_the_next_campaign_reads_as_its_acknowledgement", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a, b := admin(t, srv), admin(t, srv)
+		la, _, err := a.Grant(ctx, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lb, _, err := b.Grant(ctx, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const election = "one-write-release"
+		won, err := a.Campaign(ctx, election, []byte("a"), la)
+		if err != nil || won.Holder == nil || won.Holder.Lease != la {
+			t.Fatalf("Campaign: %+v, %v", won, err)
+		}
+		before := leaseRequests(t, srv)
+		if err := a.Release(ctx, election, won.Holder.Token, la, elector.EndedHandedOver); err != nil {
+			t.Fatal(err)
+		}
+		after := leaseRequests(t, srv)
+		writes := 0.0
+		for _, verb := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+			writes += after[verb] - before[verb]
+		}
+		if writes != 1 {
+			t.Fatalf("the release made %v writes, want 1: %v then %v", writes, before, after)
+		}
+		next, err := b.Campaign(ctx, election, []byte("b"), lb)
+		if err != nil || next.Holder == nil || next.Holder.Lease != lb {
+			t.Fatalf("Campaign after the release: %+v, %v", next, err)
+		}
+		if next.Prev != won.Holder.Token || !next.PrevReleased || next.PrevWhy != elector.EndedHandedOver {
+			t.Fatalf("the campaign after a release reports Prev %d released %v why %q; want %d, true, %q",
+				next.Prev, next.PrevReleased, next.PrevWhy, won.Holder.Token, elector.EndedHandedOver)
+		}
+		if ok, _, err := b.Released(ctx, election, won.Holder.Token, 0); err != nil || ok {
+			t.Fatalf("Released after the campaign consumed the acknowledgement = %v, %v; want false", ok, err)
+		}
+	})
+
 	t.Run("resign_hands_over_without_waiting_for_the_ttl", func(t *testing.T) {
 		f := startKubeFleet(t, srv, ttl, "resign")
 		leader, token := f.Leader(ttl + 5*time.Second)

@@ -33,8 +33,9 @@ const (
 	annValue    = "caddy-leader.io/value" // base64 of the opaque value
 	annToken    = "caddy-leader.io/token"
 	annID       = "caddy-leader.io/candidate"
-	annHistory  = "caddy-leader.io/history" // JSON array of base64 entries
-	annWhy      = "caddy-leader.io/why"     // why an acknowledged term ended
+	annHistory  = "caddy-leader.io/history"  // JSON array of base64 entries
+	annWhy      = "caddy-leader.io/why"      // why an acknowledged term ended
+	annReleased = "caddy-leader.io/released" // the token of the term that released an election object last
 
 	kindLease     = "lease"
 	kindElection  = "election"
