@@ -81,9 +81,11 @@ func Schema(prefix string) (string, error) {
 //     It also names the term before a new one (Observation.Prev). A watch
 //     reads the key, not its history: without it a heartbeat followed at once by a delete
 //     would reach a watch that read before both as a bare vacancy (see Watch). Its beat
-//     (added later) is the deleted key's lease's beacon at that moment; when the lease has
-//     gone first (its delete cascades) the beacon is unknown, and a new revision stands
-//     for it, so that a watch reports a write before the vacancy, later than any beacon.
+//     (added later) is the deleted key's lease's beacon at that moment. When the lease goes
+//     first (its delete cascades to the key), a trigger on the lease keeps its beat in a
+//     setting of the transaction for the key's; when even that is unknown, a new revision
+//     stands for it, so that a watch reports a write before the vacancy, later than any
+//     beacon.
 //   - The triggers NOTIFY listeners of every change of an election, intent or candidate
 //     row, whoever makes it (an operator's UPDATE or DELETE too, and a lease's cascade),
 //     and say which it was; a key's delete carries the vacancy's revision (notice.go).
@@ -161,7 +163,8 @@ CREATE OR REPLACE FUNCTION %[8]s_vacated() RETURNS trigger LANGUAGE plpgsql AS $
 BEGIN
 	INSERT INTO %[12]s (name, value, lease, token, rev, beat)
 	VALUES (OLD.name, OLD.value, OLD.lease, OLD.token, OLD.rev,
-		COALESCE((SELECT beat FROM %[3]s WHERE id = OLD.lease), %[2]s()))
+		COALESCE((SELECT beat FROM %[3]s WHERE id = OLD.lease),
+			nullif(current_setting('%[8]s.beat_' || OLD.lease, true), '')::bigint, %[2]s()))
 	ON CONFLICT (name) DO UPDATE
 		SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev,
 			beat = EXCLUDED.beat;
@@ -170,6 +173,14 @@ END
 $f$;
 CREATE OR REPLACE TRIGGER %[4]s_vacated AFTER DELETE ON %[4]s
 	FOR EACH ROW EXECUTE FUNCTION %[8]s_vacated();
+CREATE OR REPLACE FUNCTION %[8]s_lease_gone() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	PERFORM set_config('%[8]s.beat_' || OLD.id, OLD.beat::text, true);
+	RETURN OLD;
+END
+$f$;
+CREATE OR REPLACE TRIGGER %[3]s_gone BEFORE DELETE ON %[3]s
+	FOR EACH ROW EXECUTE FUNCTION %[8]s_lease_gone();
 CREATE OR REPLACE FUNCTION %[8]s_truncated() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	DELETE FROM %[4]s; -- row by row, so that the rows are kept and watchers told
