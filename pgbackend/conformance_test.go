@@ -13,7 +13,9 @@ import (
 )
 
 // TestConformance runs the store-neutral suite against a real PostgreSQL: with LISTEN,
-// with watches left to polling, and behind PgBouncer in transaction mode (polling too).
+// with watches left to polling, and behind PgBouncer in transaction mode (polling too);
+// each with elections on their own and grouped (a shard set's, whose heartbeats share a
+// beacon and whose watches share a read).
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
@@ -32,14 +34,32 @@ func TestConformance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
 			cfg.DSN = tc.dsn(t)
-			electortest.Run(t, func(t *testing.T) electortest.Harness {
-				return electortest.Harness{
-					NewClient: func(t *testing.T) elector.Backend { return newBackend(t, cfg) },
-					TTL:       2 * time.Second,
-					Advance:   time.Sleep,
-					Election:  func() string { return fmt.Sprintf("conformance-%d", n.Add(1)) },
-					NamesPrev: true,
+			harness := func(group string) func(t *testing.T) electortest.Harness {
+				return func(t *testing.T) electortest.Harness {
+					return electortest.Harness{
+						NewClient: func(t *testing.T) elector.Backend {
+							b := newBackend(t, cfg)
+							if group != "" {
+								b.GroupHeartbeats(group)
+							}
+							return b
+						},
+						TTL:     2 * time.Second,
+						Advance: time.Sleep,
+						Election: func() string {
+							if group != "" {
+								return fmt.Sprintf("%s.%d", group, n.Add(1))
+							}
+							return fmt.Sprintf("conformance-%d", n.Add(1))
+						},
+						NamesPrev: true,
+					}
 				}
+			}
+			t.Run("alone", func(t *testing.T) { electortest.Run(t, harness("")) })
+			t.Run("grouped", func(t *testing.T) {
+				electortest.Run(t, harness("grouped"))
+				electortest.RunGrouped(t, harness("grouped"))
 			})
 		})
 	}

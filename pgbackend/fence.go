@@ -2,6 +2,7 @@ package pgbackend
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
@@ -90,6 +91,20 @@ func (b *Backend) mark(election string) fenceMark {
 	b.seen.mu.Lock()
 	defer b.seen.mu.Unlock()
 	return fenceMark{highest: b.seen.highest, term: b.seen.terms[election]}
+}
+
+// markGroup is mark for a read of every election whose name begins with prefix: what
+// was seen before it was sent, with the terms of those elections by name.
+func (b *Backend) markGroup(prefix string) (highest int64, terms map[string]int64) {
+	b.seen.mu.Lock()
+	defer b.seen.mu.Unlock()
+	terms = map[string]int64{}
+	for election, token := range b.seen.terms {
+		if strings.HasPrefix(election, prefix) {
+			terms[election] = token
+		}
+	}
+	return b.seen.highest, terms
 }
 
 // floor is the value that the next lease id and token must exceed.

@@ -87,16 +87,35 @@ ORDER BY c.id`, b.names.candidates, b.names.leases), election)
 // interval later for nothing.
 func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan elector.CandidatesChange {
 	out := make(chan elector.CandidatesChange, 1)
-	var (
-		last []elector.CandidateEntry // nil until the first report
-		due  time.Time                // when the timer alone makes the next read
-	)
-	b.follow(ctx, topic{election, candidatesTopic}, func(err error) { send(ctx, out, elector.CandidatesChange{Err: err}) },
+	var last []elector.CandidateEntry // nil until the first report
+	// see reports list if it differs from the last one reported.
+	see := func(ctx context.Context, list []elector.CandidateEntry) bool {
+		if last == nil || !slices.EqualFunc(list, last, sameEntry) {
+			if !send(ctx, out, elector.CandidatesChange{Candidates: list}) {
+				return false
+			}
+			last = list
+		}
+		return true
+	}
+	broken := func(err error) { send(ctx, out, elector.CandidatesChange{Err: err}) }
+	if g := b.groupOf(election); g != nil {
+		g.candidates.follow(ctx, broken, func(ctx context.Context, lists map[string][]elector.CandidateEntry) bool {
+			list := lists[election]
+			if list == nil {
+				list = []elector.CandidateEntry{}
+			}
+			return see(ctx, list)
+		}, func() { close(out) })
+		return out
+	}
+	var due time.Time // when the timer alone makes the next read
+	b.follow(ctx, topic{election, candidatesTopic}, broken,
 		func(ctx context.Context, why wakeup) (time.Duration, bool) {
 			if !why.asked && time.Now().Before(due) {
 				return time.Until(due), true
 			}
-			if last != nil && why.asked && !settle(ctx) {
+			if last != nil && why.asked && !settle(ctx, candidatesSettle) {
 				return 0, false
 			}
 			list, soonest, err := b.readCandidates(ctx, election)
@@ -106,24 +125,28 @@ func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan e
 				}
 				return 0, false
 			}
-			if last == nil || !slices.EqualFunc(list, last, sameEntry) {
-				if !send(ctx, out, elector.CandidatesChange{Candidates: list}) {
-					return 0, false
-				}
-				last = list
+			if !see(ctx, list) {
+				return 0, false
 			}
-			poll := time.Duration(b.poll.Load())
-			next := poll
-			if !b.cfg.DisableListen {
-				next = 3 * poll
-			}
-			if soonest > 0 {
-				next = min(next, soonest+poll)
-			}
+			next := b.candidatesPace(soonest)
 			due = time.Now().Add(next)
 			return next, true
 		}, func() { close(out) })
 	return out
+}
+
+// candidatesPace is how long a watch of candidates waits for the timer alone, after a
+// read whose first lease to expire had soonest left (0: none).
+func (b *Backend) candidatesPace(soonest time.Duration) time.Duration {
+	poll := time.Duration(b.poll.Load())
+	next := poll
+	if !b.cfg.DisableListen {
+		next = 3 * poll
+	}
+	if soonest > 0 {
+		next = min(next, soonest+poll)
+	}
+	return next
 }
 
 // candidatesSettle is how long a watch of the candidates waits before it reads again. The
@@ -134,9 +157,9 @@ func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan e
 // to a candidate it does not list yet reads the store).
 const candidatesSettle = 50 * time.Millisecond
 
-// settle waits candidatesSettle; it returns false if ctx ended first.
-func settle(ctx context.Context) bool {
-	t := time.NewTimer(candidatesSettle)
+// settle waits d; it returns false if ctx ended first.
+func settle(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -182,30 +205,46 @@ func (b *Backend) ClearIntent(ctx context.Context, election string, value []byte
 func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elector.IntentChange {
 	out := make(chan elector.IntentChange, 1)
 	seen := int64(-1) // the rev of the intent last reported; 0 for none
-	b.follow(ctx, topic{election, intentsTopic}, func(err error) { send(ctx, out, elector.IntentChange{Err: err}) },
+	see := func(ctx context.Context, in intentRow) bool {
+		if in.rev != seen {
+			if !send(ctx, out, elector.IntentChange{Value: in.value}) {
+				return false
+			}
+			seen = in.rev
+		}
+		return true
+	}
+	broken := func(err error) { send(ctx, out, elector.IntentChange{Err: err}) }
+	if g := b.groupOf(election); g != nil {
+		g.intents.follow(ctx, broken, func(ctx context.Context, rows map[string]intentRow) bool {
+			return see(ctx, rows[election])
+		}, func() { close(out) })
+		return out
+	}
+	b.follow(ctx, topic{election, intentsTopic}, broken,
 		func(ctx context.Context, _ wakeup) (time.Duration, bool) {
 			var (
-				value     []byte
-				rev       int64
+				in        intentRow
 				remaining float64
 			)
 			err := b.pool.QueryRow(ctx, fmt.Sprintf(`
 SELECT value, rev, extract(epoch FROM expires_at - clock_timestamp())::float8
 FROM %s WHERE election = $1 AND expires_at > clock_timestamp()`, b.names.intents), election).
-				Scan(&value, &rev, &remaining)
+				Scan(&in.value, &in.rev, &remaining)
 			if err != nil && !isNoRows(err) {
 				if ctx.Err() == nil {
 					send(ctx, out, elector.IntentChange{Err: b.describe(err)})
 				}
 				return 0, false
 			}
-			if rev != seen {
-				if !send(ctx, out, elector.IntentChange{Value: value}) {
-					return 0, false
-				}
-				seen = rev
-			}
-			return time.Duration(max(0, remaining) * float64(time.Second)), true
+			return time.Duration(max(0, remaining) * float64(time.Second)), see(ctx, in)
 		}, func() { close(out) })
 	return out
+}
+
+// intentRow is an election's live intent as read: its value and rev (nil and 0 when
+// there is none).
+type intentRow struct {
+	value []byte
+	rev   int64
 }

@@ -84,6 +84,11 @@ func (l *listener) deliver(payload string) {
 		for s := range l.subs[t] {
 			s.notify()
 		}
+		if g, ok := groupTopic(t); ok {
+			for s := range l.subs[g] {
+				s.notify()
+			}
+		}
 	}
 }
 

@@ -1,15 +1,12 @@
 package pgbackend
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
@@ -85,32 +82,7 @@ func measureLoad(b *testing.B, server *pgtest.Server, n int, ttl time.Duration) 
 // logStatements logs the store's statements by calls per second over window, the busiest
 // first, each shortened to its first line.
 func logStatements(b *testing.B, server *pgtest.Server, window time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, server.DSN())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT calls, query FROM pg_stat_statements
-		WHERE query ILIKE '%caddy_leader%' AND query NOT ILIKE '%pg_stat_statements%' ORDER BY calls DESC`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var calls int64
-		var query string
-		if err := rows.Scan(&calls, &query); err != nil {
-			b.Fatal(err)
-		}
-		query = strings.Join(strings.Fields(query), " ")
-		if len(query) > 110 {
-			query = query[:110] + "..."
-		}
-		b.Logf("%7.2f/s  %s", float64(calls)/window.Seconds(), query)
-	}
-	if err := rows.Err(); err != nil {
-		b.Fatal(err)
+	for _, st := range server.Statements(b, "caddy_leader") {
+		b.Logf("%7.2f/s  %s", float64(st.Calls)/window.Seconds(), st.Query)
 	}
 }

@@ -12,6 +12,8 @@ import "strings"
 //	<election>/i                      an intent was written or deleted
 //	<election>/c                      a candidate's announcement was written or deleted
 //	                                  (its lease's too: the delete cascades)
+//	<group>/b                         a lease's beacon was written, for the keys it holds
+//	                                  in the group's elections (<group>.<n>; beacon.go)
 //
 // Election names hold no slash. A payload without one is an election name alone, as the
 // triggers of earlier versions sent for every change of a key or an intent: it wakes both
@@ -24,7 +26,9 @@ import "strings"
 // made a live leader end its term and acknowledge it). What a look may cost is bounded
 // too (see notificationReads).
 
-// topic is what a watch follows: the key of an election, its intents or its candidates.
+// topic is what a watch follows: the key of an election, its intents or its candidates;
+// or those of every election of a group (election is then the group's name), which one
+// read of the group serves (groupwatch.go).
 type topic struct {
 	election string
 	kind     topicKind
@@ -36,7 +40,20 @@ const (
 	keyTopic topicKind = iota
 	intentsTopic
 	candidatesTopic
+	groupKeysTopic
+	groupIntentsTopic
+	groupCandidatesTopic
 )
+
+// groupTopic returns the topic of t's group that t's notifications wake too, if t is an
+// election's and its name has a group (<group>.<n>).
+func groupTopic(t topic) (topic, bool) {
+	i := strings.LastIndexByte(t.election, '.')
+	if i < 0 || t.kind > candidatesTopic {
+		return topic{}, false
+	}
+	return topic{t.election[:i], t.kind + groupKeysTopic}, true
+}
 
 // parseNotice returns the topics a notification's payload is about.
 func parseNotice(payload string) []topic {
@@ -53,6 +70,8 @@ func parseNotice(payload string) []topic {
 		return []topic{intents}
 	case "c":
 		return []topic{{election, candidatesTopic}}
+	case "b":
+		return []topic{{election, groupKeysTopic}}
 	}
 	return []topic{key, intents, {election, candidatesTopic}} // a kind from a later version
 }

@@ -59,6 +59,13 @@ type Backend struct {
 	// noWhy is set when the acknowledgements' why column is missing: a schema managed by
 	// hand (SkipSchema) that Schema's statements of this release have not been run on.
 	noWhy atomic.Bool
+	// noBeat is set, likewise, when the leases' beat column is missing: no election's
+	// heartbeats are then grouped (see beacon.go).
+	noBeat atomic.Bool
+
+	// groups are the groups of elections whose heartbeats share a beacon (beacon.go).
+	groupsMu sync.Mutex
+	groups   map[string]*group
 
 	// last holds the latest states reported for each election (see Watch).
 	lastMu sync.Mutex
@@ -170,7 +177,7 @@ func (b *Backend) ready(ctx context.Context) error {
 		return nil
 	}
 	if b.cfg.SkipSchema {
-		if err := b.probeWhy(ctx); err != nil {
+		if err := b.probeColumns(ctx); err != nil {
 			return err
 		}
 	} else if err := b.createSchema(ctx); err != nil {
@@ -180,22 +187,30 @@ func (b *Backend) ready(ctx context.Context) error {
 	return nil
 }
 
-// probeWhy looks, once, whether a schema managed by hand has the acknowledgements' why
-// column (new in this release). Without it, acknowledgements are written and read as an
-// earlier release did, without a reason (the history then says "handed over"), rather
-// than fail every handover until Schema's statements are run again. b.schemaMu is held.
-func (b *Backend) probeWhy(ctx context.Context) error {
-	var has bool
-	err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
-	WHERE attrelid = to_regclass($1) AND attname = 'why' AND NOT attisdropped)`, b.names.acks).Scan(&has)
+// probeColumns looks, once, whether a schema managed by hand has the columns added by
+// later releases: the acknowledgements' why and the leases' and vacated keys' beat.
+// Without why, acknowledgements are written and read as an earlier release did, without a
+// reason (the history then says "handed over"); without beat, every heartbeat rewrites its
+// key, as before grouping. Either way the store keeps working until Schema's statements
+// are run again. b.schemaMu is held.
+func (b *Backend) probeColumns(ctx context.Context) error {
+	const has = `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s AND NOT attisdropped)`
+	var why, beat bool
+	err := b.pool.QueryRow(ctx, `SELECT `+fmt.Sprintf(has, "$1", "'why'")+`, `+fmt.Sprintf(has, "$2", "'beat'")+
+		` AND `+fmt.Sprintf(has, "$3", "'beat'"), b.names.acks, b.names.leases, b.names.vacated).Scan(&why, &beat)
 	if err != nil {
 		return b.describe(err)
 	}
-	if !has {
+	if !why {
 		b.cfg.Logger.Warn("the acknowledgements table has no why column: run pgbackend.Schema's statements again (skip_schema) so that the history can say how each term ended",
 			zap.String("table", b.names.acks))
 	}
-	b.noWhy.Store(!has)
+	if !beat {
+		b.cfg.Logger.Warn("the leases table has no beat column: run pgbackend.Schema's statements again (skip_schema) so that a shard set's heartbeats share one write per instance",
+			zap.String("table", b.names.leases))
+	}
+	b.noWhy.Store(!why)
+	b.noBeat.Store(!beat)
 	return nil
 }
 

@@ -71,12 +71,21 @@ func Schema(prefix string) (string, error) {
 //     they carry an expires_at of their own (the holder's TTL) and are deleted when read.
 //     Their why (added later: an older instance's insert leaves it empty) says why the
 //     term ended.
+//   - beat on the lease is its beacon: the revision of its last heartbeat of the keys it
+//     holds in grouped elections (a shard set's), written instead of each key (see
+//     beacon.go). It was added later: an existing table gets the column with 0, which no
+//     revision is below.
 //   - The history of terms is bound to no lease: it outlives every instance.
 //   - <prefix>vacated keeps, per election, the key as it was when its row was last deleted
 //     (by triggers, so an operator's DELETE or TRUNCATE and a lease's cascade count too).
 //     It also names the term before a new one (Observation.Prev). A watch
 //     reads the key, not its history: without it a heartbeat followed at once by a delete
-//     would reach a watch that read before both as a bare vacancy (see Watch).
+//     would reach a watch that read before both as a bare vacancy (see Watch). Its beat
+//     (added later) is the deleted key's lease's beacon at that moment. When the lease goes
+//     first (its delete cascades to the key), a trigger on the lease keeps its beat in a
+//     setting of the transaction for the key's; when even that is unknown, a new revision
+//     stands for it, so that a watch reports a write before the vacancy, later than any
+//     beacon.
 //   - The triggers NOTIFY listeners of every change of an election, intent or candidate
 //     row, whoever makes it (an operator's UPDATE or DELETE too, and a lease's cascade),
 //     and say which it was; a key's delete carries the vacancy's revision (notice.go).
@@ -102,6 +111,7 @@ CREATE TABLE IF NOT EXISTS %[4]s (
 	rev bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS %[4]s_lease ON %[4]s (lease);
+ALTER TABLE %[3]s ADD COLUMN IF NOT EXISTS beat bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS %[5]s (
 	election text PRIMARY KEY,
 	value bytea NOT NULL,
@@ -148,17 +158,29 @@ CREATE TABLE IF NOT EXISTS %[12]s (
 	token bigint NOT NULL,
 	rev bigint NOT NULL
 );
+ALTER TABLE %[12]s ADD COLUMN IF NOT EXISTS beat bigint NOT NULL DEFAULT 0;
 CREATE OR REPLACE FUNCTION %[8]s_vacated() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
-	INSERT INTO %[12]s (name, value, lease, token, rev)
-	VALUES (OLD.name, OLD.value, OLD.lease, OLD.token, OLD.rev)
+	INSERT INTO %[12]s (name, value, lease, token, rev, beat)
+	VALUES (OLD.name, OLD.value, OLD.lease, OLD.token, OLD.rev,
+		COALESCE((SELECT beat FROM %[3]s WHERE id = OLD.lease),
+			nullif(current_setting('%[8]s.beat_' || OLD.lease, true), '')::bigint, %[2]s()))
 	ON CONFLICT (name) DO UPDATE
-		SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev;
+		SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev,
+			beat = EXCLUDED.beat;
 	RETURN NULL;
 END
 $f$;
 CREATE OR REPLACE TRIGGER %[4]s_vacated AFTER DELETE ON %[4]s
 	FOR EACH ROW EXECUTE FUNCTION %[8]s_vacated();
+CREATE OR REPLACE FUNCTION %[8]s_lease_gone() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	PERFORM set_config('%[8]s.beat_' || OLD.id, OLD.beat::text, true);
+	RETURN OLD;
+END
+$f$;
+CREATE OR REPLACE TRIGGER %[3]s_gone BEFORE DELETE ON %[3]s
+	FOR EACH ROW EXECUTE FUNCTION %[8]s_lease_gone();
 CREATE OR REPLACE FUNCTION %[8]s_truncated() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	DELETE FROM %[4]s; -- row by row, so that the rows are kept and watchers told

@@ -136,7 +136,10 @@ FROM won LEFT JOIN %[5]s a
 				o.PrevWhy = prevWhy
 			}
 			b.remember(election, reported{o, token})
-			b.noteWritten(election, token, value)
+			b.noteWritten(election, token, lease, value)
+			if g := b.groupOf(election); g != nil {
+				g.holding(lease, election)
+			}
 			return o, nil
 		case isForeignKeyViolation(err):
 			return elector.Observation{}, elector.ErrLeaseNotFound // revoked meanwhile
@@ -206,17 +209,24 @@ func (b *Backend) read(ctx context.Context, election string, lease elector.Lease
 		remainingSec         *float64
 		live, alive          bool
 	)
+	// A grouped key was last written by its own write or its lease's beacon, whichever
+	// came last (beacon.go).
+	keyRev, vacatedRev := "e.rev", "v.rev"
+	if b.groupOf(election) != nil {
+		keyRev = fmt.Sprintf("GREATEST(e.rev, (SELECT beat FROM %s WHERE id = e.lease))", b.names.leases)
+		vacatedRev = "GREATEST(v.rev, v.beat)"
+	}
 	err := b.pool.QueryRow(ctx, fmt.Sprintf(`
-SELECT %[3]s(), e.value, e.lease, e.token, e.rev, l.id IS NOT NULL,
+SELECT %[3]s(), e.value, e.lease, e.token, %[5]s, l.id IS NOT NULL,
 	extract(epoch FROM l.expires_at - clock_timestamp())::float8,
 	EXISTS (SELECT 1 FROM %[2]s WHERE id = $2 AND expires_at > clock_timestamp()),
-	v.value, v.lease, v.token, v.rev,
+	v.value, v.lease, v.token, %[6]s,
 	CASE WHEN l.id IS NULL THEN %[3]s() END
 FROM (VALUES (1)) AS one (x)
 LEFT JOIN %[1]s e ON e.name = $1
 LEFT JOIN %[2]s l ON l.id = e.lease AND l.expires_at > clock_timestamp()
 LEFT JOIN %[4]s v ON v.name = $1 AND e.name IS NULL`,
-		b.names.elections, b.names.leases, b.names.next, b.names.vacated), election, int64(lease)).
+		b.names.elections, b.names.leases, b.names.next, b.names.vacated, keyRev, vacatedRev), election, int64(lease)).
 		Scan(&rev, &value, &holder, &tok, &rowRev, &live, &remainingSec, &alive,
 			&lastValue, &lastLease, &lastToken, &lastRev, &vacantRev)
 	if err != nil {
@@ -262,13 +272,17 @@ ON CONFLICT DO NOTHING`, b.names.elections, b.names.leases, b.names.acks, defaul
 }
 
 // Expire implements elector.Backend: every write of the key gives it a new rev, and every
-// observation's revision is at least that of the writes it saw.
+// observation's revision is at least that of the writes it saw; of a grouped key's
+// beacon too (beacon.go).
 func (b *Backend) Expire(ctx context.Context, election string, token, rev int64) (bool, error) {
 	if err := b.ready(ctx); err != nil {
 		return false, err
 	}
-	tag, err := b.pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE name = $1 AND token = $2 AND rev <= $3`,
-		b.names.elections), election, token, rev)
+	sql := fmt.Sprintf(`DELETE FROM %s WHERE name = $1 AND token = $2 AND rev <= $3`, b.names.elections)
+	if g := b.groupOf(election); g != nil {
+		sql = g.expireSQL() // its holder's beacon counts as a write of the key
+	}
+	tag, err := b.pool.Exec(ctx, sql, election, token, rev)
 	if err != nil {
 		return false, b.describe(err)
 	}

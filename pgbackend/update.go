@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+
+	"github.com/caddyleader/caddy-leader/elector"
 )
 
 // The elector's heartbeat rewrites the election key with the same record, and the record
@@ -13,38 +15,62 @@ import (
 // wire only when it changes (a campaign, a handover mark); a rewrite of the value this
 // backend wrote last for the term sends its SHA-256 instead, which tells nothing of it.
 
-// wrote is the last value a backend wrote to an election's key: its term and digest.
+// wrote is the last value a backend wrote to an election's key: its term, the term's
+// lease, and the value's digest.
 type wrote struct {
 	token  int64
+	lease  elector.LeaseID
 	digest [sha256.Size]byte
 }
 
-// noteWritten records that value is the key's value in term token, as this backend wrote it.
-func (b *Backend) noteWritten(election string, token int64, value []byte) {
+// noteWritten records that value is the key's value in term token, as this backend wrote
+// it; lease is the term's, or 0 when the caller does not know it (the lease noted for the
+// term stays).
+func (b *Backend) noteWritten(election string, token int64, lease elector.LeaseID, value []byte) {
 	b.wroteMu.Lock()
 	defer b.wroteMu.Unlock()
-	b.wrote[election] = wrote{token: token, digest: sha256.Sum256(value)}
+	if w, ok := b.wrote[election]; ok && w.token == token && lease == 0 {
+		lease = w.lease
+	}
+	b.wrote[election] = wrote{token: token, lease: lease, digest: sha256.Sum256(value)}
 }
 
-// wroteLast returns value's digest and whether this backend wrote value last in term token.
-func (b *Backend) wroteLast(election string, token int64, value []byte) ([sha256.Size]byte, bool) {
+// wroteLast returns value's digest and, if this backend wrote value last in term token,
+// the term's lease (0 if it did not, or does not know the lease).
+func (b *Backend) wroteLast(election string, token int64, value []byte) ([sha256.Size]byte, elector.LeaseID, bool) {
 	d := sha256.Sum256(value)
 	b.wroteMu.Lock()
 	defer b.wroteMu.Unlock()
 	w, ok := b.wrote[election]
-	return d, ok && w.token == token && w.digest == d
+	if !ok || w.token != token || w.digest != d {
+		return d, 0, false
+	}
+	return d, w.lease, true
 }
 
 // Update implements elector.Backend: only while the key is still term token's and its
 // lease alive. Rewriting the value this backend wrote last sends only its digest: the row
 // gets a new revision, which watchers report as a write, if its value still has that
-// digest; if not (an operator changed it by hand), the value is written in full.
+// digest; if not (an operator changed it by hand), the value is written in full. Such a
+// rewrite of a grouped election's key (a heartbeat) writes its lease's beacon instead,
+// where the beacon can answer (beacon.go).
 func (b *Backend) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
 	if err := b.ready(ctx); err != nil {
 		return false, err
 	}
 	const live = `name = $1 AND token = $2 AND lease IN (SELECT id FROM %[2]s WHERE expires_at > clock_timestamp())`
-	if digest, same := b.wroteLast(election, token, value); same {
+	if digest, lease, same := b.wroteLast(election, token, value); same {
+		if g := b.groupOf(election); g != nil && lease != 0 {
+			answer, err := g.beat(ctx, election, token, lease, digest)
+			switch {
+			case err != nil:
+				return false, err
+			case answer == beatHeld:
+				return true, nil
+			case answer == beatGone:
+				return false, nil
+			}
+		}
 		tag, err := b.pool.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s SET rev = %[3]s() WHERE `+live+` AND sha256(value) = $3`,
 			b.names.elections, b.names.leases, b.names.next), election, token, digest[:])
 		if err != nil || tag.RowsAffected() == 1 {
@@ -59,6 +85,6 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if tag.RowsAffected() != 1 {
 		return false, nil
 	}
-	b.noteWritten(election, token, value)
+	b.noteWritten(election, token, 0, value)
 	return true, nil
 }

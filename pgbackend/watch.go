@@ -69,11 +69,18 @@ func (b *Backend) baseline(election string, afterRev int64) (reported, bool) {
 // Watch implements elector.Backend. Without a baseline (afterRev is not a revision this
 // backend reported for the election, say another client's), a key whose row was last
 // written at or before afterRev counts as already seen in that state, and anything else is
-// reported.
+// reported. The watches of a group's elections share one read of the group (groupwatch.go).
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	out := make(chan elector.Observation, 1)
-	base, known := b.baseline(election, afterRev)
-	b.follow(ctx, topic{election, keyTopic}, func(err error) { send(ctx, out, elector.Observation{Err: err}) },
+	see := b.keyWatch(election, afterRev, out)
+	broken := func(err error) { send(ctx, out, elector.Observation{Err: err}) }
+	if g := b.groupOf(election); g != nil {
+		g.keys.follow(ctx, broken, func(ctx context.Context, keys groupKeys) bool {
+			return see(ctx, keys.reading(election))
+		}, func() { close(out) })
+		return out
+	}
+	b.follow(ctx, topic{election, keyTopic}, broken,
 		func(ctx context.Context, _ wakeup) (time.Duration, bool) {
 			r, err := b.read(ctx, election, 0)
 			if err != nil {
@@ -82,25 +89,34 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 				}
 				return 0, false
 			}
-			switch {
-			case known:
-			case r.obs.Holder != nil && r.rowRev <= afterRev:
-				// Not written since afterRev: the caller saw this state already.
-				base, known = reported{r.obs, r.rowRev}, true
-			case r.last != nil && r.rowRev <= afterRev:
-				// Last written before afterRev: the caller saw that write.
-				base, known = reported{elector.Observation{Revision: afterRev, Holder: r.last}, r.rowRev}, true
-			}
-			for _, s := range news(base, known, r) {
-				if !send(ctx, out, s.obs) {
-					return 0, false
-				}
-				b.remember(election, s)
-				base, known = s, true
-			}
-			return r.remaining, true
+			return r.remaining, see(ctx, r)
 		}, func() { close(out) })
 	return out
+}
+
+// keyWatch returns what a watch of election from afterRev does with each read of the key:
+// report on out what is new (see news), and say whether to go on.
+func (b *Backend) keyWatch(election string, afterRev int64, out chan<- elector.Observation) func(context.Context, reading) bool {
+	base, known := b.baseline(election, afterRev)
+	return func(ctx context.Context, r reading) bool {
+		switch {
+		case known:
+		case r.obs.Holder != nil && r.rowRev <= afterRev:
+			// Not written since afterRev: the caller saw this state already.
+			base, known = reported{r.obs, r.rowRev}, true
+		case r.last != nil && r.rowRev <= afterRev:
+			// Last written before afterRev: the caller saw that write.
+			base, known = reported{elector.Observation{Revision: afterRev, Holder: r.last}, r.rowRev}, true
+		}
+		for _, s := range news(base, known, r) {
+			if !send(ctx, out, s.obs) {
+				return false
+			}
+			b.remember(election, s)
+			base, known = s, true
+		}
+		return true
+	}
 }
 
 // news is what a watch that last reported base (if known) reports of read r, in order.

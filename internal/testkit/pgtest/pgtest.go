@@ -265,16 +265,27 @@ func (s *Server) DSN() string {
 	return fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", Superuser, s.Addr())
 }
 
+// connect opens a connection as the superuser, for a request of 30 s at most; done
+// closes it.
+func (s *Server) connect(t testing.TB) (ctx context.Context, conn *pgx.Conn, done func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	conn, err := pgx.Connect(ctx, s.DSN())
+	if err != nil {
+		cancel()
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	return ctx, conn, func() {
+		conn.Close(ctx)
+		cancel()
+	}
+}
+
 // Exec runs sql (one or more statements, no parameters) as the superuser.
 func (s *Server) Exec(t testing.TB, sql string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, s.DSN())
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn, done := s.connect(t)
+	defer done()
 	if _, err := conn.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol); err != nil {
 		t.Fatalf("pgtest: %s: %v", sql, err)
 	}
@@ -283,13 +294,8 @@ func (s *Server) Exec(t testing.TB, sql string) {
 // QueryInt runs a query that returns one integer, as the superuser.
 func (s *Server) QueryInt(t testing.TB, sql string) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, s.DSN())
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn, done := s.connect(t)
+	defer done()
 	var n int64
 	if err := conn.QueryRow(ctx, sql).Scan(&n); err != nil {
 		t.Fatalf("pgtest: %s: %v", sql, err)

@@ -1,0 +1,316 @@
+package pgbackend
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// Grouped heartbeats (elector.HeartbeatGrouper). A heartbeat of a grouped election's key
+// (a shard set's, <group>.<n>) that rewrites the value last written sets its lease's beat
+// instead of the key's rev: one UPDATE of one lease row per renewal for all the keys the
+// lease holds in the group, however many. What makes that as safe as a rewrite of each key:
+//   - The beat comes from <prefix>next(), like every revision, and a read of a grouped key
+//     takes GREATEST(the key's rev, its lease's beat) as the revision of its last write,
+//     so a beat is a write of every key its lease holds, to a watch (groupwatch.go), to a
+//     vacancy (the vacated trigger keeps the lease's beat with the deleted key) and to
+//     Expire.
+//   - Expire of a grouped key locks its holder's lease row (FOR SHARE) and refuses when
+//     the beat is above the revision the follower saw: the lock waits for a beat on its
+//     way, or makes the beat wait until the delete has committed.
+//   - A heartbeat is answered true only if its key was still its term's (same token, same
+//     lease, same value) in a snapshot taken after the beat was written, by a statement
+//     of its own (READ COMMITTED takes one per statement), so that a delete that
+//     committed while the beat waited for the lease's row lock is seen; false only if the
+//     key certainly was not; otherwise the key is rewritten as before.
+
+// GroupHeartbeats implements elector.HeartbeatGrouper.
+func (b *Backend) GroupHeartbeats(name string) {
+	b.groupsMu.Lock()
+	defer b.groupsMu.Unlock()
+	if b.groups == nil {
+		b.groups = map[string]*group{}
+	}
+	if _, ok := b.groups[name]; !ok {
+		b.groups[name] = newGroup(b, name)
+	}
+}
+
+// groupOf returns the group of election, nil if it has none or the schema has no beat
+// column (see probeColumns).
+func (b *Backend) groupOf(election string) *group {
+	i := strings.LastIndexByte(election, '.')
+	if i < 0 || b.noBeat.Load() {
+		return nil
+	}
+	b.groupsMu.Lock()
+	defer b.groupsMu.Unlock()
+	return b.groups[election[:i]]
+}
+
+// group is the elections named <name>.<anything> whose heartbeats share a beacon, and the
+// reads that serve their watches.
+type group struct {
+	b      *Backend
+	name   string
+	prefix string // name + "."
+
+	mu       sync.Mutex
+	batchers map[elector.LeaseID]*beaconBatcher
+	// held is, per lease of this backend, the group's keys the lease held at its last
+	// beacon, and those it won since: how many heartbeats a beacon waits for.
+	held map[elector.LeaseID]map[string]bool
+
+	keys       *feed[groupKeys]
+	intents    *feed[map[string]intentRow]
+	candidates *feed[map[string][]elector.CandidateEntry]
+}
+
+func newGroup(b *Backend, name string) *group {
+	g := &group{b: b, name: name, prefix: name + ".",
+		batchers: map[elector.LeaseID]*beaconBatcher{}, held: map[elector.LeaseID]map[string]bool{}}
+	g.keys = &feed[groupKeys]{b: b, topic: topic{name, groupKeysTopic}, read: g.readKeys, pace: b.keyPace}
+	g.intents = &feed[map[string]intentRow]{b: b, topic: topic{name, groupIntentsTopic}, read: g.readIntents, pace: b.keyPace}
+	g.candidates = &feed[map[string][]elector.CandidateEntry]{b: b, topic: topic{name, groupCandidatesTopic}, read: g.readCandidates,
+		pace: b.candidatesPace, settle: candidatesSettle}
+	return g
+}
+
+// holding notes that lease won election's key.
+func (g *group) holding(lease elector.LeaseID, election string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held[lease] == nil {
+		g.held[lease] = map[string]bool{}
+	}
+	g.held[lease][election] = true
+}
+
+// A heartbeat's answer from the beacon: its key was still the term's after the beacon was
+// written, certainly was not, or cannot be told (the key must be rewritten).
+type beatAnswer uint8
+
+const (
+	beatUnknown beatAnswer = iota
+	beatHeld
+	beatGone
+)
+
+// beatKey is one heartbeat waiting in a batch: the term and the value's digest.
+type beatKey struct {
+	token  int64
+	digest [sha256.Size]byte
+}
+
+// beatBatch is the heartbeats one beacon answers.
+type beatBatch struct {
+	keys map[string]beatKey // by election
+	// want is how many keys the lease held when the batch began; full is closed when that
+	// many have a heartbeat in it.
+	want    int
+	full    chan struct{}
+	done    chan struct{}
+	answers map[string]beatAnswer
+	err     error
+}
+
+// beaconBatcher writes one lease's beacon, one write at a time: the heartbeats that arrive
+// while a write is on its way share the next one, which is sent after they arrived (a
+// heartbeat may count only on a write sent after it began).
+type beaconBatcher struct {
+	next    *beatBatch
+	sending bool
+}
+
+// beaconGather is how long a beacon waits for the heartbeats of the other keys its lease
+// holds once the first has come: they are all sent at one renewal, and one write should
+// carry them all, not the first alone and the rest in a second.
+const beaconGather = 20 * time.Millisecond
+
+// beaconTimeout bounds one write of a beacon.
+const beaconTimeout = 5 * time.Second
+
+// beat answers a heartbeat of election's term token, held under lease with a value of
+// digest, with a beacon.
+func (g *group) beat(ctx context.Context, election string, token int64, lease elector.LeaseID, digest [sha256.Size]byte) (beatAnswer, error) {
+	g.mu.Lock()
+	bb := g.batchers[lease]
+	if bb == nil {
+		bb = &beaconBatcher{}
+		g.batchers[lease] = bb
+	}
+	if bb.next == nil {
+		bb.next = &beatBatch{keys: map[string]beatKey{}, want: max(len(g.held[lease]), 1),
+			full: make(chan struct{}), done: make(chan struct{})}
+	}
+	batch := bb.next
+	batch.keys[election] = beatKey{token: token, digest: digest}
+	if len(batch.keys) == batch.want {
+		close(batch.full) // every key the lease holds is in: no need to wait for more
+	}
+	if !bb.sending {
+		bb.sending = true
+		g.b.wg.Add(1)
+		go g.send(lease, bb)
+	}
+	g.mu.Unlock()
+	select {
+	case <-batch.done:
+		return batch.answers[election], batch.err
+	case <-ctx.Done():
+		return beatUnknown, ctx.Err()
+	}
+}
+
+// send writes lease's beacon for each batch of heartbeats in turn, until none waits.
+func (g *group) send(lease elector.LeaseID, bb *beaconBatcher) {
+	defer g.b.wg.Done()
+	for {
+		g.mu.Lock()
+		next := bb.next
+		g.mu.Unlock()
+		if next != nil {
+			gather := time.NewTimer(beaconGather)
+			select {
+			case <-next.full:
+			case <-gather.C:
+			case <-g.b.ctx.Done():
+			}
+			gather.Stop()
+		}
+		g.mu.Lock()
+		batch := bb.next
+		bb.next = nil
+		if batch == nil {
+			bb.sending = false
+			delete(g.batchers, lease)
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		batch.answers, batch.err = g.writeBeacon(lease, batch.keys)
+		close(batch.done)
+	}
+}
+
+// writeBeacon writes lease's beacon and answers the heartbeats of keys with it: in one
+// transaction, READ COMMITTED whatever the server's default (each statement then reads a
+// snapshot taken when it starts), it sets the lease's beat if the lease is alive, then
+// reads the group's keys the lease holds, in a statement of its own, after the beat
+// holds the lease's row lock: a delete of a key that committed before is seen, and a
+// guarded Expire not yet committed waits for the beat and then finds it. One round trip.
+func (g *group) writeBeacon(lease elector.LeaseID, keys map[string]beatKey) (map[string]beatAnswer, error) {
+	ctx, cancel := context.WithTimeout(g.b.ctx, beaconTimeout)
+	defer cancel()
+	n := g.b.names
+	batch := &pgx.Batch{}
+	batch.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	batch.Queue(fmt.Sprintf(`UPDATE %[1]s SET beat = %[2]s() WHERE id = $1 AND expires_at > clock_timestamp() RETURNING beat`,
+		n.leases, n.next), int64(lease))
+	batch.Queue(fmt.Sprintf(`SELECT name, token, sha256(value) FROM %[1]s WHERE lease = $1 AND starts_with(name, $2)`,
+		n.elections), int64(lease), g.prefix)
+	if !g.b.cfg.DisableListen {
+		// The group's watches look at once, as they do when a key is written.
+		batch.Queue(`SELECT pg_notify($1, $2)`, n.channel, g.name+"/b")
+	}
+	batch.Queue(`COMMIT`)
+	m := g.b.mark("")
+	results := g.b.pool.SendBatch(ctx, batch)
+	defer results.Close()
+	if _, err := results.Exec(); err != nil {
+		return nil, g.b.describe(err)
+	}
+	var beat int64
+	alive := true
+	if err := results.QueryRow().Scan(&beat); isNoRows(err) {
+		alive = false
+	} else if err != nil {
+		return nil, g.b.describe(err)
+	}
+	held := map[string]beatKey{}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, g.b.describe(err)
+	}
+	for rows.Next() {
+		var (
+			name   string
+			k      beatKey
+			digest []byte
+		)
+		if err := rows.Scan(&name, &k.token, &digest); err != nil {
+			rows.Close()
+			return nil, g.b.describe(err)
+		}
+		copy(k.digest[:], digest)
+		held[name] = k
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, g.b.describe(err)
+	}
+	if !g.b.cfg.DisableListen {
+		if _, err := results.Exec(); err != nil {
+			return nil, g.b.describe(err)
+		}
+	}
+	if _, err := results.Exec(); err != nil {
+		return nil, g.b.describe(err)
+	}
+	if alive {
+		if err := g.b.checkFence(m, "", beat, nil); err != nil {
+			return nil, err
+		}
+	}
+	answers := make(map[string]beatAnswer, len(keys))
+	for election, k := range keys {
+		h, ok := held[election]
+		switch {
+		case !alive || !ok || h.token != k.token:
+			answers[election] = beatGone // the lease or the term is over
+		case bytes.Equal(h.digest[:], k.digest[:]):
+			answers[election] = beatHeld
+		default:
+			answers[election] = beatUnknown // its value was changed by hand: write it
+		}
+	}
+	g.mu.Lock()
+	if alive {
+		now := make(map[string]bool, len(held))
+		for name := range held {
+			now[name] = true
+		}
+		g.held[lease] = now
+	} else {
+		delete(g.held, lease)
+	}
+	g.mu.Unlock()
+	return answers, nil
+}
+
+// expireSQL is Expire's statement for a key of the group: delete the key of term $2 if
+// neither it nor its holder's beacon was written after $3. The holder's lease row is
+// locked first (MATERIALIZED keeps the lock in a step of its own, before the delete): a
+// beat on its way is waited for and then seen, and a beat that comes later waits for the
+// delete to commit and then finds the key gone.
+func (g *group) expireSQL() string {
+	n := g.b.names
+	return fmt.Sprintf(`
+WITH holder AS MATERIALIZED (
+	SELECT l.beat FROM %[2]s l JOIN %[1]s e ON e.lease = l.id
+	WHERE e.name = $1 AND e.token = $2
+	FOR SHARE OF l
+)
+DELETE FROM %[1]s WHERE name = $1 AND token = $2 AND rev <= $3
+	AND NOT EXISTS (SELECT 1 FROM holder WHERE beat > $3)`, n.elections, n.leases)
+}
+
+var _ elector.HeartbeatGrouper = (*Backend)(nil)

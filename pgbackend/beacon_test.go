@@ -1,0 +1,230 @@
+package pgbackend
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
+)
+
+// groupedBackend is a backend whose elections named group.<n> are grouped.
+func groupedBackend(t *testing.T, cfg Config, group string) *Backend {
+	b := newBackend(t, cfg)
+	b.GroupHeartbeats(group)
+	return b
+}
+
+// winAll grants a lease of an hour on b and wins each election under it.
+func winAll(t *testing.T, ctx context.Context, b *Backend, elections ...string) (elector.LeaseID, map[string]elector.Observation) {
+	t.Helper()
+	lease, _, err := b.Grant(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := map[string]elector.Observation{}
+	for _, election := range elections {
+		o, err := b.Campaign(ctx, election, []byte("record of "+election), lease)
+		if err != nil || o.Holder == nil || o.Holder.Lease != lease {
+			t.Fatalf("campaign of %s: %+v, %v", election, o, err)
+		}
+		won[election] = o
+	}
+	return lease, won
+}
+
+// beatAll sends a heartbeat (an Update with the value won) of each key at once.
+func beatAll(t *testing.T, ctx context.Context, b *Backend, won map[string]elector.Observation) map[string]bool {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		got = map[string]bool{}
+	)
+	for election, o := range won {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := b.Update(ctx, election, o.Holder.Token, o.Holder.Value)
+			if err != nil {
+				t.Errorf("heartbeat of %s: %v", election, err)
+			}
+			mu.Lock()
+			got[election] = ok
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return got
+}
+
+// TestHeartbeatsOfAGroupWriteTheBeacon: the heartbeats of a lease's keys in a group,
+// sent together, leave the keys' rows as they are and write the lease's beat, in fewer
+// statements than keys (counted by pg_stat_statements).
+func TestHeartbeatsOfAGroupWriteTheBeacon(t *testing.T) {
+	server := pgtest.Start(t)
+	server.Exec(t, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+	holder := groupedBackend(t, Config{DSN: server.DSN()}, "g")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const keys = 16
+	var elections []string
+	for i := range keys {
+		elections = append(elections, fmt.Sprintf("g.%d", i))
+	}
+	lease, won := winAll(t, ctx, holder, elections...)
+	server.Exec(t, "SELECT pg_stat_statements_reset()")
+	for election, ok := range beatAll(t, ctx, holder, won) {
+		if !ok {
+			t.Errorf("heartbeat of %s = false; want true", election)
+		}
+	}
+	if n := server.QueryInt(t, `SELECT count(*) FROM caddy_leader_elections WHERE rev <> token`); n != 0 {
+		t.Errorf("%d keys were rewritten; want none", n)
+	}
+	if beat := server.QueryInt(t, fmt.Sprintf(`SELECT beat FROM caddy_leader_leases WHERE id = %d`, lease)); beat == 0 {
+		t.Error("the lease's beat was not written")
+	}
+	beacons := server.QueryInt(t, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query LIKE '%SET beat%'`)
+	if beacons == 0 || beacons > keys/2 {
+		t.Errorf("%d heartbeats were %d beacon writes; want them to share", keys, beacons)
+	}
+}
+
+// TestBeaconSeesADeleteItWaitedFor: a key deleted by a transaction that holds its lease's
+// row (as a guarded Expire does) while the beacon waits for that row is a heartbeat that
+// fails, and the lease's other key's succeeds. A check of the keys in the beacon's own
+// snapshot, taken before the wait, would find the key and tell its holder it still holds
+// it, after a follower has judged it silent.
+func TestBeaconSeesADeleteItWaitedFor(t *testing.T) {
+	server := pgtest.Start(t)
+	holder := groupedBackend(t, Config{DSN: server.DSN()}, "g")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, won := winAll(t, ctx, holder, "g.gone", "g.kept")
+	conn, err := pgx.Connect(ctx, server.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM caddy_leader_leases WHERE id = $1 FOR SHARE`, int64(lease)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM caddy_leader_elections WHERE name = 'g.gone'`); err != nil {
+		t.Fatal(err)
+	}
+	answers := make(chan map[string]bool, 1)
+	go func() { answers <- beatAll(t, ctx, holder, won) }()
+	// Until the beacon waits for the lease's row.
+	for server.QueryInt(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%SET beat%'`) == 0 {
+		select {
+		case got := <-answers:
+			t.Fatalf("the heartbeats were answered %v while the lease's row was locked", got)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-answers; got["g.gone"] || !got["g.kept"] {
+		t.Fatalf("heartbeats after a delete the beacon waited for: %v; want g.gone false, g.kept true", got)
+	}
+}
+
+// TestBeaconReportedBeforeAVacancy: a grouped key's heartbeat (its lease's beacon)
+// followed at once by the key's going away, both between two reads of a polling watch,
+// reaches the watch as a write at or after the beacon and then the vacancy: the vacated
+// key keeps its lease's beat, or a new revision when the lease went first. A vacancy
+// alone would make a follower count the holder's deadline from the write before the
+// beacon. The watch polls once an hour and is woken by hand after both.
+func TestBeaconReportedBeforeAVacancy(t *testing.T) {
+	server := pgtest.Start(t)
+	holder := groupedBackend(t, Config{DSN: server.DSN()}, "v")
+	watcher := groupedBackend(t, Config{DSN: server.DSN(), DisableListen: true, PollInterval: time.Hour}, "v")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, election string, token int64, lease elector.LeaseID)
+	}{
+		{"beacon_then_the_row_deleted_by_hand", func(t *testing.T, election string, _ int64, _ elector.LeaseID) {
+			server.Exec(t, fmt.Sprintf(`DELETE FROM caddy_leader_elections WHERE name = '%s'`, election))
+		}},
+		{"beacon_then_release", func(t *testing.T, election string, token int64, lease elector.LeaseID) {
+			if err := holder.Release(ctx, election, token, lease, elector.EndedResigned); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"beacon_then_the_lease_revoked", func(t *testing.T, _ string, _ int64, lease elector.LeaseID) {
+			if err := holder.Revoke(ctx, lease); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			election := "v." + tc.name
+			base, err := watcher.Observe(ctx, election)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, stop := context.WithCancel(ctx)
+			defer stop()
+			changes := watcher.Watch(wctx, election, base.Revision)
+			lease, won := win(t, ctx, holder, election, "record", time.Hour)
+			// The watch reports the new holder from a read before the heartbeat.
+			watcher.listener.deliver("v/b")
+			next := func() elector.Observation {
+				select {
+				case o := <-changes:
+					if o.Err != nil {
+						t.Fatalf("the watch broke: %v", o.Err)
+					}
+					return o
+				case <-time.After(10 * time.Second):
+					t.Fatal("the watch reported nothing for 10s")
+				}
+				panic("unreachable")
+			}
+			if o := next(); o.Holder == nil || o.Holder.Token != won.Holder.Token {
+				t.Fatalf("the watch reported %+v first; want the holder of term %d", o.Holder, won.Holder.Token)
+			}
+			// Until the watcher sends nothing more: the heartbeat and the end come
+			// after its last read, not between it and another.
+			for n := watcher.Pool().Stat().AcquireCount(); ; {
+				time.Sleep(300 * time.Millisecond)
+				if m := watcher.Pool().Stat().AcquireCount(); m == n {
+					break
+				} else {
+					n = m
+				}
+			}
+			if ok, err := holder.Update(ctx, election, won.Holder.Token, won.Holder.Value); err != nil || !ok {
+				t.Fatalf("heartbeat: Update = %v, %v", ok, err)
+			}
+			beat := server.QueryInt(t, fmt.Sprintf(`SELECT beat FROM caddy_leader_leases WHERE id = %d`, lease))
+			if beat <= won.Holder.Token {
+				t.Fatalf("the heartbeat wrote beat %d, not after the campaign's %d", beat, won.Holder.Token)
+			}
+			tc.end(t, election, won.Holder.Token, lease)
+			watcher.listener.deliver("v/b")
+
+			lastWrite := base.Revision
+			for o := next(); o.Holder != nil; o = next() {
+				lastWrite = o.Revision
+			}
+			if lastWrite < beat {
+				t.Fatalf("the last write the watch reported before the vacancy is at %d, before the beacon at %d", lastWrite, beat)
+			}
+		})
+	}
+}

@@ -1,0 +1,361 @@
+package pgbackend
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// The watches of a group's elections (a shard set's: every instance watches the key,
+// the intents and the candidates of every shard) share their reads: one statement reads
+// the whole group's rows of a kind, and each watch takes its election's from it and
+// reports what it would have reported from a read of its own (watch.go's rules, a vacancy
+// after the last write included). A watch that polled on its own would cost every
+// instance a read per shard and poll interval; a feed costs one per group, however many
+// shards. The feed reads when a watch joins (the read must start after the Watch call),
+// on a notification about any of the group's rows (the listener relays each key's,
+// intent's and candidate's to its group, and a beacon names the group), within the same
+// bounds as a watch of its own (notificationReads), every poll interval, and a little
+// past the moment something it read expires.
+
+// feed is the shared read of one kind of a group's rows (T: the rows by election).
+type feed[T any] struct {
+	b     *Backend
+	topic topic
+	// read reads the group's rows; expiry is how long until the first of them expires
+	// by the server's clock (0: none does).
+	read func(ctx context.Context) (rows T, expiry time.Duration, err error)
+	// pace is how long the timer alone waits after a read whose rows expire in expiry.
+	pace func(expiry time.Duration) time.Duration
+	// settle is how long a notification waits before the read, to make one read of a
+	// burst.
+	settle time.Duration
+
+	mu      sync.Mutex
+	subs    map[*feedSub[T]]struct{}
+	reads   uint64 // reads started
+	running bool
+	kick    chan struct{} // a watch joined: read at once
+}
+
+// feedRead is one read of the feed, the reads-th.
+type feedRead[T any] struct {
+	n    uint64
+	rows T
+	err  error
+}
+
+// feedSub is one watch of the feed: it takes the reads started after it joined.
+type feedSub[T any] struct {
+	after uint64
+	wake  chan struct{}
+	got   *feedRead[T] // the latest read not taken yet
+}
+
+// follow runs a watch on the feed in a goroutine of the backend: look sees each read's
+// rows, the latest when it falls behind, until it returns false, a read fails (broken
+// is told), or ctx or the backend ends; then done is called.
+func (f *feed[T]) follow(ctx context.Context, broken func(error), look func(ctx context.Context, rows T) bool, done func()) {
+	f.b.wg.Add(1)
+	go func() {
+		defer f.b.wg.Done()
+		defer done()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(f.b.ctx, cancel)
+		defer stop()
+		if err := f.b.ready(ctx); err != nil {
+			broken(err)
+			return
+		}
+		sub := f.join()
+		defer f.leave(sub)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sub.wake:
+			}
+			f.mu.Lock()
+			r := sub.got
+			sub.got = nil
+			f.mu.Unlock()
+			switch {
+			case r == nil:
+			case r.err != nil:
+				if ctx.Err() == nil {
+					broken(r.err)
+				}
+				return
+			case !look(ctx, r.rows):
+				return
+			}
+		}
+	}()
+}
+
+// join adds a watch, starting the feed's reads if they are not running, and asks for a
+// read.
+func (f *feed[T]) join() *feedSub[T] {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.subs == nil {
+		f.subs = map[*feedSub[T]]struct{}{}
+		f.kick = make(chan struct{}, 1)
+	}
+	sub := &feedSub[T]{after: f.reads, wake: make(chan struct{}, 1)}
+	f.subs[sub] = struct{}{}
+	if !f.running {
+		f.running = true
+		f.b.wg.Add(1) // a watch's goroutine, counted, is running: Close has not begun waiting
+		go f.run()
+	}
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+	return sub
+}
+
+func (f *feed[T]) leave(sub *feedSub[T]) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.subs, sub)
+}
+
+// run reads the group's rows and hands each read to the watches, until none is left or
+// the backend ends.
+func (f *feed[T]) run() {
+	defer f.b.wg.Done()
+	notice, unsubscribe := f.b.listener.subscribe(f.topic)
+	defer unsubscribe()
+	reads := notificationReads()
+	for {
+		f.mu.Lock()
+		if len(f.subs) == 0 || f.b.ctx.Err() != nil {
+			f.running = false
+			f.mu.Unlock()
+			return
+		}
+		select {
+		case <-f.kick: // this read serves the watches that joined so far
+		default:
+		}
+		f.reads++
+		r := &feedRead[T]{n: f.reads}
+		f.mu.Unlock()
+		var expiry time.Duration
+		r.rows, expiry, r.err = f.read(f.b.ctx)
+		f.mu.Lock()
+		for sub := range f.subs {
+			if r.n > sub.after {
+				sub.got = r
+				select {
+				case sub.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+		f.mu.Unlock()
+		f.sleep(f.pace(expiry), notice.wake, reads)
+	}
+}
+
+// sleep waits for a watch to join, a notification (then for reads to allow one more
+// look, and settle), or d, whichever comes first, or for the backend to end.
+func (f *feed[T]) sleep(d time.Duration, notice <-chan struct{}, reads *rate.Limiter) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-f.b.ctx.Done():
+	case <-f.kick:
+	case <-notice:
+		if reads.Wait(f.b.ctx) == nil && f.settle > 0 {
+			settle(f.b.ctx, f.settle)
+		}
+	case <-t.C:
+	}
+}
+
+// keyPace is how long a watch of keys or intents waits for the timer alone: the poll
+// interval, or a little past the moment something it read expires by the server's clock
+// (0: nothing does) if that comes first.
+func (b *Backend) keyPace(expiry time.Duration) time.Duration {
+	d := time.Duration(b.poll.Load())
+	if expiry > 0 {
+		d = min(d, expiry+5*time.Millisecond)
+	}
+	return d
+}
+
+// groupKeys is one read of a group's keys: as read does for one key, the revision of the
+// read (rev), one below it for a vacancy's last write (lastAt), and each key that is held,
+// whose lease expired, or that was deleted (in the vacated table), by name.
+type groupKeys struct {
+	rev, lastAt int64
+	keys        map[string]groupKey
+}
+
+type groupKey struct {
+	holder    elector.Holder
+	rowRev    int64 // of its last write or its lease's beacon, whichever is later
+	live      bool  // held: its lease is alive
+	remaining time.Duration
+}
+
+// reading is the read of election's key that r holds, as read would have returned it.
+func (k groupKeys) reading(election string) reading {
+	r := reading{obs: elector.Observation{Revision: k.rev}}
+	key, ok := k.keys[election]
+	switch {
+	case ok && key.live:
+		h := key.holder
+		r.obs.Holder, r.remaining, r.rowRev = &h, key.remaining, key.rowRev
+		return r
+	case ok:
+		h := key.holder
+		r.last, r.rowRev = &h, key.rowRev
+	}
+	r.lastAt = k.lastAt
+	return r
+}
+
+// readKeys reads every key of the group, in one statement, as read reads one: the held
+// keys with their leases, the vacated ones of the names not held, and two revisions.
+func (g *group) readKeys(ctx context.Context) (groupKeys, time.Duration, error) {
+	b := g.b
+	if err := b.ready(ctx); err != nil {
+		return groupKeys{}, 0, err
+	}
+	highest, terms := b.markGroup(g.prefix)
+	n := b.names
+	rows, err := b.pool.Query(ctx, fmt.Sprintf(`
+WITH rv AS MATERIALIZED (SELECT %[4]s() AS a, %[4]s() AS b)
+SELECT rv.a, rv.b, k.name, k.value, k.lease, k.token, k.rev, k.live, k.remaining
+FROM rv LEFT JOIN (
+	SELECT e.name, e.value, e.lease, e.token, GREATEST(e.rev, l.beat) AS rev,
+		l.expires_at > clock_timestamp() AS live,
+		extract(epoch FROM l.expires_at - clock_timestamp())::float8 AS remaining
+	FROM %[1]s e JOIN %[2]s l ON l.id = e.lease
+	WHERE starts_with(e.name, $1)
+	UNION ALL
+	SELECT v.name, v.value, v.lease, v.token, GREATEST(v.rev, v.beat), false, 0
+	FROM %[3]s v
+	WHERE starts_with(v.name, $1) AND NOT EXISTS (SELECT 1 FROM %[1]s e WHERE e.name = v.name)
+) k ON true`, n.elections, n.leases, n.vacated, n.next), g.prefix)
+	if err != nil {
+		return groupKeys{}, 0, b.describe(err)
+	}
+	defer rows.Close()
+	k := groupKeys{keys: map[string]groupKey{}}
+	var soonest time.Duration
+	for rows.Next() {
+		var (
+			a, c      int64
+			name      *string
+			key       groupKey
+			lease     *int64
+			token     *int64
+			rowRev    *int64
+			live      *bool
+			remaining *float64
+		)
+		if err := rows.Scan(&a, &c, &name, &key.holder.Value, &lease, &token, &rowRev, &live, &remaining); err != nil {
+			return groupKeys{}, 0, b.describe(err)
+		}
+		k.rev, k.lastAt = max(a, c), min(a, c)
+		if name == nil {
+			continue // no key at all: the one row of the revisions
+		}
+		key.holder.Lease, key.holder.Token, key.rowRev, key.live = elector.LeaseID(*lease), *token, *rowRev, *live
+		if key.live {
+			key.remaining = time.Duration(max(0, *remaining) * float64(time.Second))
+			if soonest == 0 || key.remaining < soonest {
+				soonest = max(key.remaining, time.Millisecond)
+			}
+			if err := b.checkFence(fenceMark{highest: highest, term: terms[*name]}, *name, a, &key.holder); err != nil {
+				return groupKeys{}, 0, err
+			}
+		}
+		k.keys[*name] = key
+	}
+	if err := rows.Err(); err != nil {
+		return groupKeys{}, 0, b.describe(err)
+	}
+	if err := b.checkFence(fenceMark{highest: highest}, "", k.lastAt, nil); err != nil {
+		return groupKeys{}, 0, err
+	}
+	return k, soonest, nil
+}
+
+// readIntents reads the live intents of the group's elections, by election.
+func (g *group) readIntents(ctx context.Context) (map[string]intentRow, time.Duration, error) {
+	b := g.b
+	if err := b.ready(ctx); err != nil {
+		return nil, 0, err
+	}
+	rows, err := b.pool.Query(ctx, fmt.Sprintf(`
+SELECT election, value, rev, extract(epoch FROM expires_at - clock_timestamp())::float8
+FROM %s WHERE starts_with(election, $1) AND expires_at > clock_timestamp()`, b.names.intents), g.prefix)
+	if err != nil {
+		return nil, 0, b.describe(err)
+	}
+	defer rows.Close()
+	intents := map[string]intentRow{}
+	var soonest time.Duration
+	for rows.Next() {
+		var (
+			election  string
+			in        intentRow
+			remaining float64
+		)
+		if err := rows.Scan(&election, &in.value, &in.rev, &remaining); err != nil {
+			return nil, 0, b.describe(err)
+		}
+		intents[election] = in
+		if d := max(time.Millisecond, time.Duration(remaining*float64(time.Second))); soonest == 0 || d < soonest {
+			soonest = d
+		}
+	}
+	return intents, soonest, b.describe(rows.Err())
+}
+
+// readCandidates reads the live candidates of the group's elections, by election, each
+// list as Candidates returns it.
+func (g *group) readCandidates(ctx context.Context) (map[string][]elector.CandidateEntry, time.Duration, error) {
+	b := g.b
+	if err := b.ready(ctx); err != nil {
+		return nil, 0, err
+	}
+	rows, err := b.pool.Query(ctx, fmt.Sprintf(`
+SELECT c.election, c.id, c.value, extract(epoch FROM l.expires_at - clock_timestamp())::float8
+FROM %[1]s c JOIN %[2]s l ON l.id = c.lease
+WHERE starts_with(c.election, $1) AND l.expires_at > clock_timestamp()
+ORDER BY c.election, c.id`, b.names.candidates, b.names.leases), g.prefix)
+	if err != nil {
+		return nil, 0, b.describe(err)
+	}
+	defer rows.Close()
+	lists := map[string][]elector.CandidateEntry{}
+	var soonest time.Duration
+	for rows.Next() {
+		var (
+			election  string
+			en        elector.CandidateEntry
+			remaining float64
+		)
+		if err := rows.Scan(&election, &en.ID, &en.Value, &remaining); err != nil {
+			return nil, 0, b.describe(err)
+		}
+		lists[election] = append(lists[election], en)
+		if d := max(time.Millisecond, time.Duration(remaining*float64(time.Second))); soonest == 0 || d < soonest {
+			soonest = d
+		}
+	}
+	return lists, soonest, b.describe(rows.Err())
+}
