@@ -74,7 +74,9 @@ func Schema(prefix string) (string, error) {
 //   - beat on the lease is its beacon: the revision of its last heartbeat of the keys it
 //     holds in grouped elections (a shard set's), written instead of each key (see
 //     beacon.go). It was added later: an existing table gets the column with 0, which no
-//     revision is below.
+//     revision is below. The column and the leases' trigger are added only where missing:
+//     ALTER TABLE and CREATE TRIGGER lock the table against every renewal, and each
+//     instance runs these statements when it starts.
 //   - The history of terms is bound to no lease: it outlives every instance.
 //   - <prefix>vacated keeps, per election, the key as it was when its row was last deleted
 //     (by triggers, so an operator's DELETE or TRUNCATE and a lease's cascade count too).
@@ -101,7 +103,8 @@ $f$;
 CREATE TABLE IF NOT EXISTS %[3]s (
 	id bigint PRIMARY KEY,
 	ttl_ms bigint NOT NULL,
-	expires_at timestamptz NOT NULL
+	expires_at timestamptz NOT NULL,
+	beat bigint NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS %[4]s (
 	name text PRIMARY KEY,
@@ -111,7 +114,11 @@ CREATE TABLE IF NOT EXISTS %[4]s (
 	rev bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS %[4]s_lease ON %[4]s (lease);
-ALTER TABLE %[3]s ADD COLUMN IF NOT EXISTS beat bigint NOT NULL DEFAULT 0;
+DO $do$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '%[3]s'::regclass AND attname = 'beat' AND NOT attisdropped) THEN
+		ALTER TABLE %[3]s ADD COLUMN IF NOT EXISTS beat bigint NOT NULL DEFAULT 0;
+	END IF;
+END $do$;
 CREATE TABLE IF NOT EXISTS %[5]s (
 	election text PRIMARY KEY,
 	value bytea NOT NULL,
@@ -156,9 +163,14 @@ CREATE TABLE IF NOT EXISTS %[12]s (
 	value bytea NOT NULL,
 	lease bigint NOT NULL,
 	token bigint NOT NULL,
-	rev bigint NOT NULL
+	rev bigint NOT NULL,
+	beat bigint NOT NULL DEFAULT 0
 );
-ALTER TABLE %[12]s ADD COLUMN IF NOT EXISTS beat bigint NOT NULL DEFAULT 0;
+DO $do$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '%[12]s'::regclass AND attname = 'beat' AND NOT attisdropped) THEN
+		ALTER TABLE %[12]s ADD COLUMN IF NOT EXISTS beat bigint NOT NULL DEFAULT 0;
+	END IF;
+END $do$;
 CREATE OR REPLACE FUNCTION %[8]s_vacated() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	INSERT INTO %[12]s (name, value, lease, token, rev, beat)
@@ -179,8 +191,12 @@ BEGIN
 	RETURN OLD;
 END
 $f$;
-CREATE OR REPLACE TRIGGER %[3]s_gone BEFORE DELETE ON %[3]s
-	FOR EACH ROW EXECUTE FUNCTION %[8]s_lease_gone();
+DO $do$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '%[3]s'::regclass AND tgname = '%[3]s_gone') THEN
+		CREATE TRIGGER %[3]s_gone BEFORE DELETE ON %[3]s
+			FOR EACH ROW EXECUTE FUNCTION %[8]s_lease_gone();
+	END IF;
+END $do$;
 CREATE OR REPLACE FUNCTION %[8]s_truncated() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	DELETE FROM %[4]s; -- row by row, so that the rows are kept and watchers told
@@ -215,7 +231,7 @@ func (b *Backend) createSchema(ctx context.Context) error {
 	for range 5 {
 		_, err = b.pool.Exec(ctx, ddl, pgx.QueryExecModeSimpleProtocol)
 		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != "23505" && pgErr.Code != "42P07" && pgErr.Code != "42710" && pgErr.Code != "XX000") {
+		if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != "23505" && pgErr.Code != "42P07" && pgErr.Code != "42710" && pgErr.Code != "XX000" && pgErr.Code != "40P01") {
 			break
 		}
 	}
