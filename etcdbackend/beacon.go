@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/beacon"
 )
 
 // Grouped heartbeats (elector.HeartbeatGrouper). The elections of a group (a shard set,
@@ -29,26 +30,15 @@ import (
 
 // GroupHeartbeats implements elector.HeartbeatGrouper.
 func (b *Backend) GroupHeartbeats(name string) {
-	b.groupsMu.Lock()
-	defer b.groupsMu.Unlock()
-	if b.groups == nil {
-		b.groups = map[string]*group{}
-	}
-	if _, ok := b.groups[name]; !ok {
-		b.groups[name] = &group{b: b, name: name, prefix: b.Key(name + "."), batchers: map[elector.LeaseID]*beaconBatcher{}}
-	}
+	b.groups.Join(name, func() *group {
+		g := &group{b: b, name: name, prefix: b.Key(name + ".")}
+		g.beats = beacon.Batcher[int64]{Mu: &g.mu, Send: g.sendBeacon}
+		return g
+	})
 }
 
 // groupOf returns the group of election, nil if it has none.
-func (b *Backend) groupOf(election string) *group {
-	i := strings.LastIndexByte(election, '.')
-	if i < 0 {
-		return nil
-	}
-	b.groupsMu.Lock()
-	defer b.groupsMu.Unlock()
-	return b.groups[election[:i]]
-}
+func (b *Backend) groupOf(election string) *group { return b.groups.Of(election) }
 
 // written is what this backend last wrote to an election's key, for the term token.
 type written struct {
@@ -82,9 +72,9 @@ type group struct {
 	name   string
 	prefix string // of every key of the group's elections and of its beacons
 
-	mu       sync.Mutex
-	st       *groupStream // nil while no Watch of the group runs
-	batchers map[elector.LeaseID]*beaconBatcher
+	mu    sync.Mutex
+	st    *groupStream          // nil while no Watch of the group runs
+	beats beacon.Batcher[int64] // heartbeats by lease: election -> token
 }
 
 func (g *group) beaconKey(lease elector.LeaseID) string {
@@ -112,7 +102,7 @@ type groupStream struct {
 	ring    []groupEvent
 	subs    map[string]map[*groupSub]struct{}          // by election
 	byLease map[elector.LeaseID]map[*groupSub]struct{} // subscribers whose key the lease holds
-	beats   map[elector.LeaseID][]*beatBatch           // heartbeats waiting for their beacon
+	beats   map[elector.LeaseID][]*beacon.Batch[int64] // heartbeats waiting for their beacon
 }
 
 // groupSub is one Watch of an election of the group.
@@ -303,7 +293,7 @@ func (g *group) startLocked(after int64) *groupStream {
 		cancel: cancel, pos: after, dropped: after,
 		subs:    map[string]map[*groupSub]struct{}{},
 		byLease: map[elector.LeaseID]map[*groupSub]struct{}{},
-		beats:   map[elector.LeaseID][]*beatBatch{},
+		beats:   map[elector.LeaseID][]*beacon.Batch[int64]{},
 	}
 	g.st = st
 	go func() {
@@ -348,7 +338,7 @@ func (g *group) stopLocked(st *groupStream, err error) {
 	}
 	for _, batches := range st.beats {
 		for _, batch := range batches {
-			batch.resolve(nil, nil)
+			batch.Resolve(nil, nil)
 		}
 	}
 }
@@ -406,7 +396,7 @@ func (g *group) process(st *groupStream, events []groupEvent) {
 			continue
 		}
 		for _, batch := range st.beats[ev.lease] {
-			batch.seen(ev.rev, st.judge(batch, ev.rev)) // before the beacon moves sub.after
+			batch.Seen(ev.rev, st.judge(batch, ev.rev)) // before the beacon moves sub.after
 		}
 		st.dropResolved(ev.lease)
 		for sub := range st.byLease[ev.lease] {
@@ -415,28 +405,18 @@ func (g *group) process(st *groupStream, events []groupEvent) {
 	}
 }
 
-// A heartbeat's answer from the beacon: its key was the term's at the beacon's revision,
-// certainly was not, or the stream cannot tell (no Watch of the key from before it).
-type beatAnswer uint8
-
-const (
-	beatUnknown beatAnswer = iota
-	beatHeld
-	beatGone
-)
-
 // judge answers each heartbeat of batch as of the beacon at rev, from the subscribers of
 // its key: a term's key is its term's from its token until it is deleted, once.
-func (st *groupStream) judge(batch *beatBatch, rev int64) map[string]beatAnswer {
-	answers := make(map[string]beatAnswer, len(batch.keys))
-	for election, token := range batch.keys {
-		answer := beatUnknown
+func (st *groupStream) judge(batch *beacon.Batch[int64], rev int64) map[string]beacon.Answer {
+	answers := make(map[string]beacon.Answer, len(batch.Keys))
+	for election, token := range batch.Keys {
+		answer := beacon.Unknown
 		for sub := range st.subs[election] {
 			switch {
-			case sub.holder != nil && sub.holder.Token == token && sub.holder.Lease == batch.lease:
-				answer = beatHeld
-			case sub.after < rev && answer == beatUnknown:
-				answer = beatGone // its state is the key's just before rev
+			case sub.holder != nil && sub.holder.Token == token && sub.holder.Lease == batch.Lease:
+				answer = beacon.Held
+			case sub.after < rev && answer == beacon.Unknown:
+				answer = beacon.Gone // its state is the key's just before rev
 			}
 		}
 		answers[election] = answer
@@ -456,7 +436,7 @@ func (st *groupStream) heldBy(lease elector.LeaseID) int {
 func (st *groupStream) dropResolved(lease elector.LeaseID) {
 	batches := st.beats[lease][:0]
 	for _, b := range st.beats[lease] {
-		if !b.resolved() {
+		if !b.Resolved() {
 			batches = append(batches, b)
 		}
 	}
@@ -467,148 +447,46 @@ func (st *groupStream) dropResolved(lease elector.LeaseID) {
 	}
 }
 
-// beatBatch is the heartbeats one beacon put answers.
-type beatBatch struct {
-	lease elector.LeaseID
-	keys  map[string]int64 // election -> token
-	// rev is the beacon's revision once the put returned; before that, the answers at
-	// every beacon of the lease the stream showed are kept, since the stream may show the
-	// put before its answer arrives.
-	rev     int64
-	answers map[int64]map[string]beatAnswer
-	// want is how many keys the lease held when the batch began; full is closed when that
-	// many have a heartbeat in it.
-	want   int
-	full   chan struct{}
-	done   chan struct{}
-	result map[string]beatAnswer
-	err    error
-}
-
-func (b *beatBatch) resolved() bool {
-	select {
-	case <-b.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (b *beatBatch) resolve(result map[string]beatAnswer, err error) {
-	if b.resolved() {
-		return
-	}
-	b.result, b.err = result, err
-	close(b.done)
-}
-
-func (b *beatBatch) seen(rev int64, answers map[string]beatAnswer) {
-	switch {
-	case b.rev == rev:
-		b.resolve(answers, nil)
-	case b.rev == 0:
-		if b.answers == nil {
-			b.answers = map[int64]map[string]beatAnswer{}
-		}
-		b.answers[rev] = answers
-	}
-}
-
-// beaconBatcher puts one lease's beacon, one put at a time: the heartbeats that arrive
-// while a put is on its way share the next one, which is sent after they arrived (a
-// heartbeat may count only on a write sent after it began).
-type beaconBatcher struct {
-	next    *beatBatch
-	sending bool
-}
-
 // beat answers a heartbeat of election's term token, held under lease, with a beacon.
-func (g *group) beat(ctx context.Context, election string, token int64, lease elector.LeaseID) (beatAnswer, error) {
+func (g *group) beat(ctx context.Context, election string, token int64, lease elector.LeaseID) (beacon.Answer, error) {
 	g.mu.Lock()
 	if g.st == nil || len(g.st.subs[election]) == 0 {
 		g.mu.Unlock()
-		return beatUnknown, nil // nothing here watches the key: write it
+		return beacon.Unknown, nil // nothing here watches the key: write it
 	}
-	bb := g.batchers[lease]
-	if bb == nil {
-		bb = &beaconBatcher{}
-		g.batchers[lease] = bb
-	}
-	if bb.next == nil {
-		bb.next = &beatBatch{lease: lease, keys: map[string]int64{}, want: g.st.heldBy(lease),
-			done: make(chan struct{}), full: make(chan struct{})}
-	}
-	batch := bb.next
-	batch.keys[election] = token
-	if len(batch.keys) == batch.want {
-		close(batch.full) // every key the lease holds is in: no need to wait for more
-	}
-	if !bb.sending {
-		bb.sending = true
-		go g.send(lease, bb)
-	}
+	st := g.st
+	batch := g.beats.Add(lease, election, token, func() int { return st.heldBy(lease) })
 	g.mu.Unlock()
-	select {
-	case <-batch.done:
-		return batch.result[election], batch.err
-	case <-ctx.Done():
-		return beatUnknown, ctx.Err()
-	}
+	return batch.Wait(ctx, election)
 }
 
-// beaconGather is how long a beacon waits for the heartbeats of the other keys its lease
-// holds once the first has come: they are all sent at one renewal, and one put should
-// carry them all, not the first alone and the rest in a second.
-const beaconGather = 20 * time.Millisecond
-
-// send puts lease's beacon for each batch of heartbeats in turn, until none waits.
-func (g *group) send(lease elector.LeaseID, bb *beaconBatcher) {
-	for {
-		g.mu.Lock()
-		next := bb.next
+// sendBeacon puts batch's beacon; the stream answers its heartbeats when it shows the
+// beacon (groupStream.judge).
+func (g *group) sendBeacon(batch *beacon.Batch[int64]) {
+	lease := batch.Lease
+	g.mu.Lock()
+	st := g.st
+	if st == nil {
+		batch.Resolve(nil, nil)
 		g.mu.Unlock()
-		if next != nil {
-			gather := time.NewTimer(beaconGather)
-			select {
-			case <-next.full:
-			case <-gather.C:
-			}
-			gather.Stop()
-		}
-		g.mu.Lock()
-		batch, st := bb.next, g.st
-		bb.next = nil
-		if batch == nil {
-			bb.sending = false
-			delete(g.batchers, lease)
-			g.mu.Unlock()
-			return
-		}
-		if st == nil {
-			g.mu.Unlock()
-			batch.resolve(nil, nil)
-			continue
-		}
-		st.beats[lease] = append(st.beats[lease], batch)
-		g.mu.Unlock()
+		return
+	}
+	st.beats[lease] = append(st.beats[lease], batch)
+	g.mu.Unlock()
 
-		rev, err := g.putBeacon(lease)
+	rev, err := g.putBeacon(lease)
 
-		g.mu.Lock()
-		switch {
-		case err != nil:
-			batch.resolve(nil, err)
-		case batch.answers[rev] != nil:
-			batch.resolve(batch.answers[rev], nil)
-		case g.st != st || st.pos >= rev:
-			batch.resolve(nil, nil) // the stream broke, or passed the beacon unseen
-		default:
-			batch.rev = rev
-		}
-		if g.st == st {
-			st.dropResolved(lease)
-		}
-		g.mu.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case err != nil:
+		batch.Resolve(nil, err)
+	case batch.Written(rev):
+	case g.st != st || st.pos >= rev:
+		batch.Resolve(nil, nil) // the stream broke, or passed the beacon unseen
+	}
+	if g.st == st {
+		st.dropResolved(lease)
 	}
 }
 

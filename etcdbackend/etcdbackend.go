@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/beacon"
 )
 
 // Config says how to reach etcd and where the election keys live.
@@ -81,9 +82,8 @@ type Backend struct {
 	// groups are the groups of elections whose heartbeats share a beacon (beacon.go),
 	// and written what this backend last wrote to each election's key (election ->
 	// written).
-	groupsMu sync.Mutex
-	groups   map[string]*group
-	written  sync.Map
+	groups  beacon.Groups[group]
+	written sync.Map
 }
 
 // connectAttempt is one run of clientv3.New; its result is set before done is closed.
@@ -553,13 +553,8 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if g := b.groupOf(election); g != nil {
 		if lease, ok := b.heartbeat(election, token, value); ok {
 			answer, err := g.beat(ctx, election, token, lease)
-			switch {
-			case err != nil:
-				return false, err
-			case answer == beatHeld:
-				return true, nil
-			case answer == beatGone:
-				return false, nil
+			if updated, decided := answer.Decided(); decided || err != nil {
+				return updated && err == nil, err
 			}
 		}
 	}

@@ -5,13 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/beacon"
 )
 
 // Grouped heartbeats (elector.HeartbeatGrouper). A heartbeat of a grouped election's key
@@ -34,26 +34,16 @@ import (
 
 // GroupHeartbeats implements elector.HeartbeatGrouper.
 func (b *Backend) GroupHeartbeats(name string) {
-	b.groupsMu.Lock()
-	defer b.groupsMu.Unlock()
-	if b.groups == nil {
-		b.groups = map[string]*group{}
-	}
-	if _, ok := b.groups[name]; !ok {
-		b.groups[name] = newGroup(b, name)
-	}
+	b.groups.Join(name, func() *group { return newGroup(b, name) })
 }
 
 // groupOf returns the group of election, nil if it has none or the schema has no beat
 // column (see probeColumns).
 func (b *Backend) groupOf(election string) *group {
-	i := strings.LastIndexByte(election, '.')
-	if i < 0 || b.noBeat.Load() {
+	if b.noBeat.Load() {
 		return nil
 	}
-	b.groupsMu.Lock()
-	defer b.groupsMu.Unlock()
-	return b.groups[election[:i]]
+	return b.groups.Of(election)
 }
 
 // group is the elections named <name>.<anything> whose heartbeats share a beacon, and the
@@ -63,8 +53,8 @@ type group struct {
 	name   string
 	prefix string // name + "."
 
-	mu       sync.Mutex
-	batchers map[elector.LeaseID]*beaconBatcher
+	mu    sync.Mutex
+	beats beacon.Batcher[beatKey]
 	// held is, per lease of this backend, the group's keys the lease held at its last
 	// beacon, and those it won since: how many heartbeats a beacon waits for.
 	held map[elector.LeaseID]map[string]bool
@@ -75,8 +65,14 @@ type group struct {
 }
 
 func newGroup(b *Backend, name string) *group {
-	g := &group{b: b, name: name, prefix: name + ".",
-		batchers: map[elector.LeaseID]*beaconBatcher{}, held: map[elector.LeaseID]map[string]bool{}}
+	g := &group{b: b, name: name, prefix: name + ".", held: map[elector.LeaseID]map[string]bool{}}
+	g.beats = beacon.Batcher[beatKey]{Mu: &g.mu, Send: g.sendBeacon, Done: b.ctx.Done(), Go: func(f func()) {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			f()
+		}()
+	}}
 	g.keys = &feed[groupKeys]{b: b, topic: topic{name, groupKeysTopic}, read: g.readKeys, pace: b.keyPace}
 	g.intents = &feed[map[string]intentRow]{b: b, topic: topic{name, groupIntentsTopic}, read: g.readIntents, pace: b.keyPace}
 	g.candidates = &feed[map[string][]elector.CandidateEntry]{b: b, topic: topic{name, groupCandidatesTopic}, read: g.readCandidates,
@@ -94,111 +90,30 @@ func (g *group) holding(lease elector.LeaseID, election string) {
 	g.held[lease][election] = true
 }
 
-// A heartbeat's answer from the beacon: its key was still the term's after the beacon was
-// written, certainly was not, or cannot be told (the key must be rewritten).
-type beatAnswer uint8
-
-const (
-	beatUnknown beatAnswer = iota
-	beatHeld
-	beatGone
-)
-
 // beatKey is one heartbeat waiting in a batch: the term and the value's digest.
 type beatKey struct {
 	token  int64
 	digest [sha256.Size]byte
 }
 
-// beatBatch is the heartbeats one beacon answers.
-type beatBatch struct {
-	keys map[string]beatKey // by election
-	// want is how many keys the lease held when the batch began; full is closed when that
-	// many have a heartbeat in it.
-	want    int
-	full    chan struct{}
-	done    chan struct{}
-	answers map[string]beatAnswer
-	err     error
-}
-
-// beaconBatcher writes one lease's beacon, one write at a time: the heartbeats that arrive
-// while a write is on its way share the next one, which is sent after they arrived (a
-// heartbeat may count only on a write sent after it began).
-type beaconBatcher struct {
-	next    *beatBatch
-	sending bool
-}
-
-// beaconGather is how long a beacon waits for the heartbeats of the other keys its lease
-// holds once the first has come: they are all sent at one renewal, and one write should
-// carry them all, not the first alone and the rest in a second.
-const beaconGather = 20 * time.Millisecond
-
 // beaconTimeout bounds one write of a beacon.
 const beaconTimeout = 5 * time.Second
 
 // beat answers a heartbeat of election's term token, held under lease with a value of
 // digest, with a beacon.
-func (g *group) beat(ctx context.Context, election string, token int64, lease elector.LeaseID, digest [sha256.Size]byte) (beatAnswer, error) {
+func (g *group) beat(ctx context.Context, election string, token int64, lease elector.LeaseID, digest [sha256.Size]byte) (beacon.Answer, error) {
 	g.mu.Lock()
-	bb := g.batchers[lease]
-	if bb == nil {
-		bb = &beaconBatcher{}
-		g.batchers[lease] = bb
-	}
-	if bb.next == nil {
-		bb.next = &beatBatch{keys: map[string]beatKey{}, want: max(len(g.held[lease]), 1),
-			full: make(chan struct{}), done: make(chan struct{})}
-	}
-	batch := bb.next
-	batch.keys[election] = beatKey{token: token, digest: digest}
-	if len(batch.keys) == batch.want {
-		close(batch.full) // every key the lease holds is in: no need to wait for more
-	}
-	if !bb.sending {
-		bb.sending = true
-		g.b.wg.Add(1)
-		go g.send(lease, bb)
-	}
+	batch := g.beats.Add(lease, election, beatKey{token: token, digest: digest}, func() int { return len(g.held[lease]) })
 	g.mu.Unlock()
-	select {
-	case <-batch.done:
-		return batch.answers[election], batch.err
-	case <-ctx.Done():
-		return beatUnknown, ctx.Err()
-	}
+	return batch.Wait(ctx, election)
 }
 
-// send writes lease's beacon for each batch of heartbeats in turn, until none waits.
-func (g *group) send(lease elector.LeaseID, bb *beaconBatcher) {
-	defer g.b.wg.Done()
-	for {
-		g.mu.Lock()
-		next := bb.next
-		g.mu.Unlock()
-		if next != nil {
-			gather := time.NewTimer(beaconGather)
-			select {
-			case <-next.full:
-			case <-gather.C:
-			case <-g.b.ctx.Done():
-			}
-			gather.Stop()
-		}
-		g.mu.Lock()
-		batch := bb.next
-		bb.next = nil
-		if batch == nil {
-			bb.sending = false
-			delete(g.batchers, lease)
-			g.mu.Unlock()
-			return
-		}
-		g.mu.Unlock()
-		batch.answers, batch.err = g.writeBeacon(lease, batch.keys)
-		close(batch.done)
-	}
+// sendBeacon writes batch's beacon and answers its heartbeats.
+func (g *group) sendBeacon(batch *beacon.Batch[beatKey]) {
+	answers, err := g.writeBeacon(batch.Lease, batch.Keys)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	batch.Resolve(answers, err)
 }
 
 // writeBeacon writes lease's beacon and answers the heartbeats of keys with it: in one
@@ -207,7 +122,7 @@ func (g *group) send(lease elector.LeaseID, bb *beaconBatcher) {
 // reads the group's keys the lease holds, in a statement of its own, after the beat
 // holds the lease's row lock: a delete of a key that committed before is seen, and a
 // guarded Expire not yet committed waits for the beat and then finds it. One round trip.
-func (g *group) writeBeacon(lease elector.LeaseID, keys map[string]beatKey) (map[string]beatAnswer, error) {
+func (g *group) writeBeacon(lease elector.LeaseID, keys map[string]beatKey) (map[string]beacon.Answer, error) {
 	ctx, cancel := context.WithTimeout(g.b.ctx, beaconTimeout)
 	defer cancel()
 	n := g.b.names
@@ -270,16 +185,16 @@ func (g *group) writeBeacon(lease elector.LeaseID, keys map[string]beatKey) (map
 			return nil, err
 		}
 	}
-	answers := make(map[string]beatAnswer, len(keys))
+	answers := make(map[string]beacon.Answer, len(keys))
 	for election, k := range keys {
 		h, ok := held[election]
 		switch {
 		case !alive || !ok || h.token != k.token:
-			answers[election] = beatGone // the lease or the term is over
+			answers[election] = beacon.Gone // the lease or the term is over
 		case bytes.Equal(h.digest[:], k.digest[:]):
-			answers[election] = beatHeld
+			answers[election] = beacon.Held
 		default:
-			answers[election] = beatUnknown // its value was changed by hand: write it
+			answers[election] = beacon.Unknown // its value was changed by hand: write it
 		}
 	}
 	g.mu.Lock()

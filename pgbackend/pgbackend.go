@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/beacon"
 )
 
 // Config says how to reach PostgreSQL and which tables to use.
@@ -64,8 +65,7 @@ type Backend struct {
 	noBeat atomic.Bool
 
 	// groups are the groups of elections whose heartbeats share a beacon (beacon.go).
-	groupsMu sync.Mutex
-	groups   map[string]*group
+	groups beacon.Groups[group]
 
 	// last holds the latest states reported for each election (see Watch).
 	lastMu sync.Mutex

@@ -62,13 +62,8 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if digest, lease, same := b.wroteLast(election, token, value); same {
 		if g := b.groupOf(election); g != nil && lease != 0 {
 			answer, err := g.beat(ctx, election, token, lease, digest)
-			switch {
-			case err != nil:
-				return false, err
-			case answer == beatHeld:
-				return true, nil
-			case answer == beatGone:
-				return false, nil
+			if updated, decided := answer.Decided(); decided || err != nil {
+				return updated && err == nil, err
 			}
 		}
 		tag, err := b.pool.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s SET rev = %[3]s() WHERE `+live+` AND sha256(value) = $3`,
