@@ -77,6 +77,13 @@ type Backend struct {
 	// that Renew needs one request.
 	own  sync.Map
 	revs revisions
+
+	// groups are the groups of elections whose heartbeats share a beacon (beacon.go),
+	// and written what this backend last wrote to each election's key (election ->
+	// written).
+	groupsMu sync.Mutex
+	groups   map[string]*group
+	written  sync.Map
 }
 
 type ownLease struct {
@@ -328,16 +335,20 @@ func (b *Backend) unbind(ctx context.Context, id elector.LeaseID) error {
 	if err != nil {
 		return b.describe("list", err)
 	}
-	for i := range list.Items {
-		obj := &list.Items[i]
-		switch obj.Labels[labelKind] {
-		case kindElection:
-			_, err = b.vacate(ctx, obj)
-		case kindCandidate:
-			err = b.deleteAt(ctx, obj)
-		}
-		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return b.describe("update", err)
+	// Beacons go last, once the keys they vouched for are cleared.
+	for _, last := range []bool{false, true} {
+		for i := range list.Items {
+			obj := &list.Items[i]
+			switch kind := obj.Labels[labelKind]; {
+			case last != (kind == kindBeacon):
+			case kind == kindElection:
+				_, err = b.vacate(ctx, obj)
+			case kind == kindCandidate, kind == kindBeacon:
+				err = b.deleteAt(ctx, obj)
+			}
+			if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				return b.describe("update", err)
+			}
 		}
 	}
 	return nil
