@@ -196,7 +196,7 @@ const beaconTimeout = 5 * time.Second
 func (g *group) putBeacon(lease elector.LeaseID) (int64, error) {
 	ctx, cancel := context.WithTimeout(g.b.ctx, beaconTimeout)
 	defer cancel()
-	leases, err := g.b.client()
+	leases, err := g.b.lifelineClient()
 	if err != nil {
 		return 0, err
 	}
