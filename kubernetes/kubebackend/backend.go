@@ -69,14 +69,26 @@ type Backend struct {
 
 	mu     sync.Mutex
 	leases coordclient.LeaseInterface
-	ns     string
-	closed bool
-	reaper *reaper
+	// lifeline is a client with a rate limit of its own, for the requests that keep this
+	// instance's terms alive (lease renewals, beacons), so that they never queue behind the
+	// reads of hundreds of elections being placed: a renewal that waits out the lease's
+	// TTL there loses every term, and the fleet starts over.
+	lifeline coordclient.LeaseInterface
+	ns       string
+	closed   bool
+	reaper   *reaper
 
 	// own holds the object of each lease granted here (elector.LeaseID -> *ownLease), so
 	// that Renew needs one request.
 	own  sync.Map
 	revs revisions
+
+	// groups are the groups of elections whose heartbeats share a beacon (beacon.go),
+	// and written what this backend last wrote to each election's key (election ->
+	// written).
+	groupsMu sync.Mutex
+	groups   map[string]*group
+	written  sync.Map
 }
 
 type ownLease struct {
@@ -151,6 +163,11 @@ func (b *Backend) client() (coordclient.LeaseInterface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
+	life, err := coordclient.NewForConfig(rc) // a rate limiter of its own
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	b.lifeline = life.Leases(ns)
 	b.leases, b.ns = cs.Leases(ns), ns
 	return b.leases, nil
 }
@@ -244,11 +261,21 @@ func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID
 	}
 }
 
+// lifelineClient returns the client for renewals and beacons (see Backend.lifeline).
+func (b *Backend) lifelineClient() (coordclient.LeaseInterface, error) {
+	if _, err := b.client(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lifeline, nil
+}
+
 // Renew implements elector.Backend: it rewrites the lease object's renewTime, on condition
 // that it is the version last seen, so that a reaper's delete and a renewal never both
 // succeed.
 func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration, error) {
-	leases, err := b.client()
+	leases, err := b.lifelineClient()
 	if err != nil {
 		return 0, err
 	}
@@ -328,16 +355,20 @@ func (b *Backend) unbind(ctx context.Context, id elector.LeaseID) error {
 	if err != nil {
 		return b.describe("list", err)
 	}
-	for i := range list.Items {
-		obj := &list.Items[i]
-		switch obj.Labels[labelKind] {
-		case kindElection:
-			_, err = b.vacate(ctx, obj)
-		case kindCandidate:
-			err = b.deleteAt(ctx, obj)
-		}
-		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return b.describe("update", err)
+	// Beacons go last, once the keys they vouched for are cleared.
+	for _, last := range []bool{false, true} {
+		for i := range list.Items {
+			obj := &list.Items[i]
+			switch kind := obj.Labels[labelKind]; {
+			case last != (kind == kindBeacon):
+			case kind == kindElection:
+				_, err = b.vacate(ctx, obj)
+			case kind == kindCandidate, kind == kindBeacon:
+				err = b.deleteAt(ctx, obj)
+			}
+			if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				return b.describe("update", err)
+			}
 		}
 	}
 	return nil

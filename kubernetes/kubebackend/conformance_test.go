@@ -11,7 +11,8 @@ import (
 	"github.com/caddyleader/caddy-leader/kubernetes/internal/kubetest"
 )
 
-// TestConformance runs the store-neutral suite against a real kube-apiserver.
+// TestConformance runs the store-neutral suite against a real kube-apiserver, with
+// elections on their own and grouped (a shard set's, whose heartbeats share a beacon).
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kube-apiserver")
@@ -19,18 +20,35 @@ func TestConformance(t *testing.T) {
 	srv := kubetest.Start(t, kubetest.Options{})
 	kubeconfig := srv.Kubeconfig(t, "admin", "default", "")
 	var n atomic.Int64
-	electortest.Run(t, func(t *testing.T) electortest.Harness {
-		return electortest.Harness{
-			NewClient: func(t *testing.T) elector.Backend {
-				b, err := New(Config{Kubeconfig: kubeconfig, Prefix: "conformance-"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return b
-			},
-			TTL:      2 * time.Second,
-			Advance:  time.Sleep,
-			Election: func() string { return fmt.Sprintf("Conformance.%d", n.Add(1)) },
+	harness := func(group string, ttl time.Duration) func(t *testing.T) electortest.Harness {
+		return func(t *testing.T) electortest.Harness {
+			return electortest.Harness{
+				NewClient: func(t *testing.T) elector.Backend {
+					b, err := New(Config{Kubeconfig: kubeconfig, Prefix: "conformance-"})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if group != "" {
+						b.GroupHeartbeats(group)
+					}
+					return b
+				},
+				TTL:     ttl,
+				Advance: time.Sleep,
+				Election: func() string {
+					if group != "" {
+						return fmt.Sprintf("%s.%d", group, n.Add(1))
+					}
+					return fmt.Sprintf("Conformance.%d", n.Add(1))
+				},
+			}
 		}
+	}
+	t.Run("alone", func(t *testing.T) { electortest.Run(t, harness("", 2*time.Second)) })
+	t.Run("grouped", func(t *testing.T) {
+		electortest.Run(t, harness("Grouped", 2*time.Second))
+		// Sixteen campaigns, each a few requests, under a lease nobody renews: a longer
+		// TTL keeps the lease alive through them on a busy machine.
+		electortest.RunGrouped(t, harness("Grouped", 10*time.Second))
 	})
 }

@@ -147,6 +147,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 			obj.Annotations = map[string]string{}
 		}
 		obj.Labels[labelLease] = leaseHex(lease)
+		b.labelGroup(obj, election)
 		obj.Annotations[annToken] = strconv.FormatInt(token, 10)
 		obj.Annotations[annValue] = base64.StdEncoding.EncodeToString(value)
 		obj.Spec.HolderIdentity = &holder
@@ -173,6 +174,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		if err := b.revs.term(at, election, token, rev); err != nil {
 			return elector.Observation{}, err
 		}
+		b.wrote(election, written{token: token, lease: lease, value: value})
 		return elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: token},
 			Prev: prev, PrevReleased: prevReleased, PrevWhy: prevWhy}, nil
 	}
@@ -224,8 +226,12 @@ func releasedBy(obj *coordv1.Lease, token int64) (why string, ok bool) {
 	return obj.Annotations[annWhy], true
 }
 
-// Update implements elector.Backend.
+// Update implements elector.Backend. A heartbeat of a grouped election writes its lease's
+// beacon instead, where it can (beacon.go).
 func (b *Backend) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
+	if ok, handled, err := b.beatGrouped(ctx, election, token, value); handled {
+		return ok, err
+	}
 	leases, err := b.client()
 	if err != nil {
 		return false, err
@@ -240,6 +246,7 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 		}
 		obj = obj.DeepCopy()
 		obj.Annotations[annValue] = base64.StdEncoding.EncodeToString(value)
+		b.labelGroup(obj, election)
 		// The API server skips an update that changes nothing, and then no watcher hears of
 		// it; the elector's heartbeats rewrite the same value and must be seen. renewTime
 		// makes every update a write (and tells kubectl's readers when the holder last beat).
@@ -252,6 +259,9 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 		}
 		if err != nil {
 			return false, b.describe("update", err)
+		}
+		if v, ok := b.written.Load(election); ok && v.(written).token == token {
+			b.wrote(election, written{token: token, lease: v.(written).lease, value: value})
 		}
 		return true, b.revs.check(at, got.ResourceVersion)
 	}
@@ -354,8 +364,12 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 // Watch implements elector.Backend with a watch of the election object, resumed from its
 // last resourceVersion when the API server ends it, and read afresh on 410 Gone. While
 // the key is held, the holder's lease object is followed too (reaper.go): when it goes,
-// the key is cleared, and that write is the change reported.
+// the key is cleared, and that write is the change reported. A grouped election's Watch
+// is served by its group's one watch (groupwatch.go).
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
+	if g := b.groupOf(election); g != nil {
+		return g.watchGrouped(ctx, election, afterRev)
+	}
 	out := make(chan elector.Observation, 1)
 	b.startReaper()
 	w := &watcher{b: b, election: election, out: out, last: afterRev}
@@ -483,7 +497,8 @@ func (w *watcher) events(ctx context.Context, ch <-chan event, from int64) (int6
 
 // Expire implements elector.Backend: the election object is cleared only if it still names
 // term token and its resourceVersion is no later than rev, and the update carries that
-// resourceVersion, so a write made since (a heartbeat) makes it fail with a conflict.
+// resourceVersion, so a write made since (a heartbeat) makes it fail with a conflict. For a
+// grouped election, the holder's beacon is taken first (beacon.go).
 func (b *Backend) Expire(ctx context.Context, election string, token, rev int64) (bool, error) {
 	o, obj, err := b.read(ctx, election)
 	if err != nil || o.Holder == nil || o.Holder.Token != token {
@@ -492,6 +507,11 @@ func (b *Backend) Expire(ctx context.Context, election string, token, rev int64)
 	objRev, err := parseRV(obj.ResourceVersion)
 	if err != nil || objRev > rev {
 		return false, err
+	}
+	if g := b.groupOf(election); g != nil {
+		if ok, err := g.holdBeacon(ctx, election, o.Holder.Lease, objRev, rev); !ok || err != nil {
+			return false, err
+		}
 	}
 	at := b.revs.mark()
 	got, err := b.vacate(ctx, obj)

@@ -102,11 +102,11 @@ func TestElection(t *testing.T) {
 		if err != nil || won.Holder == nil || won.Holder.Lease != la {
 			t.Fatalf("Campaign: %+v, %v", won, err)
 		}
-		before := leaseRequests(t, srv)
+		before := srv.LeaseRequests(t)
 		if err := a.Release(ctx, election, won.Holder.Token, la, elector.EndedHandedOver); err != nil {
 			t.Fatal(err)
 		}
-		after := leaseRequests(t, srv)
+		after := srv.LeaseRequests(t)
 		writes := 0.0
 		for _, verb := range []string{"POST", "PUT", "PATCH", "DELETE"} {
 			writes += after[verb] - before[verb]

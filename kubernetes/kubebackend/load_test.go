@@ -1,11 +1,7 @@
 package kubebackend
 
 import (
-	"bufio"
-	"crypto/tls"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,39 +10,6 @@ import (
 	"github.com/caddyleader/caddy-leader/elector/electortest"
 	"github.com/caddyleader/caddy-leader/kubernetes/internal/kubetest"
 )
-
-// leaseRequests reads the API server's count of requests on leases, by verb, from its
-// /metrics.
-func leaseRequests(tb testing.TB, srv *kubetest.Server) map[string]float64 {
-	tb.Helper()
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	req, _ := http.NewRequest("GET", srv.URL+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+srv.Token("admin"))
-	resp, err := client.Do(req)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	counts := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="leases"`) {
-			continue
-		}
-		i := strings.Index(line, `verb="`)
-		j := strings.LastIndexByte(line, ' ')
-		if i < 0 || j < 0 {
-			continue
-		}
-		verb := line[i+6:]
-		verb = verb[:strings.IndexByte(verb, '"')]
-		v, _ := strconv.ParseFloat(line[j+1:], 64)
-		counts[verb] += v
-	}
-	return counts
-}
 
 // BenchmarkIdleLoad measures the requests a settled election of candidates makes on the
 // API server, per candidate and second (the API server's own count; WATCH counts the
@@ -74,9 +37,9 @@ func BenchmarkIdleLoad(b *testing.B) {
 		})
 		fleet.Leader(ttl + 10*time.Second)
 		time.Sleep(ttl) // settle: announcements, the first renewals
-		before := leaseRequests(b, srv)
+		before := srv.LeaseRequests(b)
 		time.Sleep(window)
-		after := leaseRequests(b, srv)
+		after := srv.LeaseRequests(b)
 		var total float64
 		var parts []string
 		for verb, n := range after {

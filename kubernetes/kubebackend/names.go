@@ -16,6 +16,7 @@ import (
 //	<prefix>lease-<id>              a candidate's lease (Grant); Renew rewrites it
 //	<prefix><election>-<hash>       the election: holder, token, value
 //	<prefix><election>-<hash>-intent, -history, -ack-<token>, -c-<hash of id>
+//	<prefix><group>-<hash>-beacon-<id>  lease <id>'s heartbeats in a group (beacon.go)
 //
 // An election name may hold any character but white space and a slash, and object names
 // are lower-case DNS names, so the name carries a readable part and a hash of the whole.
@@ -25,6 +26,7 @@ const (
 	labelKind      = "caddy-leader.io/kind"
 	labelElection  = "caddy-leader.io/election" // hash of the election name
 	labelLease     = "caddy-leader.io/lease"    // hex id of the lease a key is bound to
+	labelGroup     = "caddy-leader.io/group"    // hash of the group of an election or a beacon
 	// labelExpires marks the objects that expire when nobody rewrites them for their
 	// leaseDurationSeconds: leases, acknowledgements and intents (see reaper.go).
 	labelExpires = "caddy-leader.io/expires"
@@ -35,7 +37,13 @@ const (
 	annID       = "caddy-leader.io/candidate"
 	annHistory  = "caddy-leader.io/history"  // JSON array of base64 entries
 	annWhy      = "caddy-leader.io/why"      // why an acknowledged term ended
+	annGroup    = "caddy-leader.io/group"    // the group a beacon is for
 	annReleased = "caddy-leader.io/released" // the token of the term that released an election object last
+	// A beacon's (see beacon.go): the key versions Expires are clearing (JSON, election
+	// -> resourceVersion), and the revision of the holder's last beacon, set by an
+	// Expire's write only (0: none).
+	annExpiring   = "caddy-leader.io/expiring"
+	annLastBeacon = "caddy-leader.io/last-beacon"
 
 	kindLease     = "lease"
 	kindElection  = "election"
@@ -43,6 +51,7 @@ const (
 	kindHistory   = "history"
 	kindAck       = "ack"
 	kindCandidate = "candidate"
+	kindBeacon    = "beacon"
 )
 
 // hash is a short digest that fits a label value and an object name.
