@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/beacon"
 )
 
 // A Lease object has no expiry of its own: the API server keeps it until someone deletes
@@ -86,9 +87,8 @@ type Backend struct {
 	// groups are the groups of elections whose heartbeats share a beacon (beacon.go),
 	// and written what this backend last wrote to each election's key (election ->
 	// written).
-	groupsMu sync.Mutex
-	groups   map[string]*group
-	written  sync.Map
+	groups  beacon.Groups[group]
+	written sync.Map
 }
 
 type ownLease struct {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/beacon"
 )
 
 // Grouped heartbeats (elector.HeartbeatGrouper). The election objects of a group (a shard
@@ -53,26 +53,15 @@ import (
 
 // GroupHeartbeats implements elector.HeartbeatGrouper.
 func (b *Backend) GroupHeartbeats(name string) {
-	b.groupsMu.Lock()
-	defer b.groupsMu.Unlock()
-	if b.groups == nil {
-		b.groups = map[string]*group{}
-	}
-	if _, ok := b.groups[name]; !ok {
-		b.groups[name] = &group{b: b, name: name, batchers: map[elector.LeaseID]*beaconBatcher{}, beacons: map[elector.LeaseID]*coordv1.Lease{}}
-	}
+	b.groups.Join(name, func() *group {
+		g := &group{b: b, name: name, beacons: map[elector.LeaseID]*coordv1.Lease{}}
+		g.beats = beacon.Batcher[int64]{Mu: &g.mu, Send: g.sendBeacon}
+		return g
+	})
 }
 
 // groupOf returns the group of election, nil if it has none.
-func (b *Backend) groupOf(election string) *group {
-	i := strings.LastIndexByte(election, '.')
-	if i < 0 {
-		return nil
-	}
-	b.groupsMu.Lock()
-	defer b.groupsMu.Unlock()
-	return b.groups[election[:i]]
-}
+func (b *Backend) groupOf(election string) *group { return b.groups.Of(election) }
 
 // labelGroup labels obj, an election object, with its group, if it has one.
 func (b *Backend) labelGroup(obj *coordv1.Lease, election string) {
@@ -116,24 +105,17 @@ func (b *Backend) beatGrouped(ctx context.Context, election string, token int64,
 		return false, false, nil
 	}
 	answer, err := g.beat(ctx, election, token, lease)
-	switch {
-	case err != nil:
-		return false, true, err
-	case answer == beatHeld:
-		return true, true, nil
-	case answer == beatGone:
-		return false, true, nil
-	}
-	return false, false, nil
+	updated, decided := answer.Decided()
+	return updated && err == nil, decided || err != nil, err
 }
 
 type group struct {
 	b    *Backend
 	name string
 
-	mu       sync.Mutex
-	st       *groupStream // nil while no Watch of the group runs
-	batchers map[elector.LeaseID]*beaconBatcher
+	mu    sync.Mutex
+	st    *groupStream          // nil while no Watch of the group runs
+	beats beacon.Batcher[int64] // heartbeats by lease: election -> token
 	// beacons holds the beacon object of each lease as this backend last wrote it, so
 	// that a beacon takes one request.
 	beacons map[elector.LeaseID]*coordv1.Lease
@@ -148,8 +130,8 @@ func (g *group) selector() metav1.ListOptions {
 	return metav1.ListOptions{LabelSelector: labelManagedBy + "=" + managedBy + "," + labelGroup + "=" + hash(g.name)}
 }
 
-// beacon is what a beacon object says.
-type beacon struct {
+// beaconState is what a beacon object says.
+type beaconState struct {
 	lease elector.LeaseID
 	// holders is false for a write by an Expire, which is no heartbeat.
 	holders bool
@@ -159,12 +141,12 @@ type beacon struct {
 
 // counts reports whether the beacon is a heartbeat of election's key, whose version (its
 // resourceVersion) is version.
-func (bc *beacon) counts(election string, version int64) bool {
+func (bc *beaconState) counts(election string, version int64) bool {
 	return bc.holders && bc.expiring[election] != version
 }
 
 // decodeBeacon reads a beacon object; ok is false for an object that is none.
-func decodeBeacon(obj *coordv1.Lease) (bc beacon, ok bool) {
+func decodeBeacon(obj *coordv1.Lease) (bc beaconState, ok bool) {
 	id, err := strconv.ParseUint(obj.Labels[labelLease], 16, 64)
 	if obj.Labels[labelKind] != kindBeacon || err != nil || id == 0 || id > 1<<63-1 {
 		return bc, false
@@ -259,7 +241,7 @@ var errBeaconContended = errors.New("kubernetes: the beacon keeps changing under
 
 // live keeps the entries of bc.expiring that may still matter: those of keys whose
 // version the stream has not shown moving past them.
-func (g *group) live(bc beacon) map[string]int64 {
+func (g *group) live(bc beaconState) map[string]int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := map[string]int64{}

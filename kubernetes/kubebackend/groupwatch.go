@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/beacon"
 )
 
 // The group's stream: one watch of the group's label for every Watch of its elections
@@ -27,7 +28,7 @@ type groupEvent struct {
 	election string
 	obj      *coordv1.Lease // the election object as written; nil when deleted
 	holder   *elector.Holder
-	beacon   *beacon
+	beacon   *beaconState
 }
 
 // groupStream is one watch of the group's objects and what it has shown.
@@ -40,7 +41,7 @@ type groupStream struct {
 	ring    []groupEvent
 	subs    map[string]map[*groupSub]struct{}          // by election
 	byLease map[elector.LeaseID]map[*groupSub]struct{} // subscribers whose key the lease holds
-	beats   map[elector.LeaseID][]*beatBatch           // heartbeats waiting for their beacon
+	beats   map[elector.LeaseID][]*beacon.Batch[int64] // heartbeats waiting for their beacon
 }
 
 // groupSub is one Watch of an election of the group.
@@ -301,7 +302,7 @@ func (g *group) startLocked(after int64) *groupStream {
 		cancel: cancel, pos: after, dropped: after,
 		subs:    map[string]map[*groupSub]struct{}{},
 		byLease: map[elector.LeaseID]map[*groupSub]struct{}{},
-		beats:   map[elector.LeaseID][]*beatBatch{},
+		beats:   map[elector.LeaseID][]*beacon.Batch[int64]{},
 	}
 	g.st = st
 	go func() {
@@ -386,7 +387,7 @@ func (g *group) process(st *groupStream, ev groupEvent) {
 	}
 	lease := ev.beacon.lease
 	for _, batch := range st.beats[lease] {
-		batch.seen(ev.rev, st.judge(batch, ev)) // before the beacon moves sub.after
+		batch.Seen(ev.rev, st.judge(batch, ev)) // before the beacon moves sub.after
 	}
 	st.dropResolved(lease)
 	for sub := range st.byLease[lease] {
@@ -398,20 +399,20 @@ func (g *group) process(st *groupStream, ev groupEvent) {
 // key that have followed it since before the beacon: a term's key is its term's from its
 // token until it is cleared, once, and the beacon vouches for it only if it counts for the
 // key's version then.
-func (st *groupStream) judge(batch *beatBatch, ev groupEvent) map[string]beatAnswer {
-	answers := make(map[string]beatAnswer, len(batch.keys))
-	for election, token := range batch.keys {
-		answer := beatUnknown
+func (st *groupStream) judge(batch *beacon.Batch[int64], ev groupEvent) map[string]beacon.Answer {
+	answers := make(map[string]beacon.Answer, len(batch.Keys))
+	for election, token := range batch.Keys {
+		answer := beacon.Unknown
 		for sub := range st.subs[election] {
 			if sub.after >= ev.rev {
 				continue // its state is the key's after the beacon
 			}
-			if sub.holder != nil && sub.holder.Token == token && sub.holder.Lease == batch.lease {
+			if sub.holder != nil && sub.holder.Token == token && sub.holder.Lease == batch.Lease {
 				if ev.beacon.counts(election, sub.version) {
-					answer = beatHeld
+					answer = beacon.Held
 				}
 			} else {
-				answer = beatGone
+				answer = beacon.Gone
 			}
 			break
 		}
@@ -432,7 +433,7 @@ func (st *groupStream) heldBy(lease elector.LeaseID) int {
 func (st *groupStream) dropResolved(lease elector.LeaseID) {
 	batches := st.beats[lease][:0]
 	for _, b := range st.beats[lease] {
-		if !b.resolved() {
+		if !b.Resolved() {
 			batches = append(batches, b)
 		}
 	}
@@ -460,7 +461,7 @@ func (g *group) stopLocked(st *groupStream, err error) {
 	}
 	for _, batches := range st.beats {
 		for _, batch := range batches {
-			batch.resolve(nil, nil)
+			batch.Resolve(nil, nil)
 		}
 	}
 }
