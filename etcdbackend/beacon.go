@@ -1,7 +1,6 @@
 package etcdbackend
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -39,26 +38,6 @@ func (b *Backend) GroupHeartbeats(name string) {
 
 // groupOf returns the group of election, nil if it has none.
 func (b *Backend) groupOf(election string) *group { return b.groups.Of(election) }
-
-// written is what this backend last wrote to an election's key, for the term token.
-type written struct {
-	token int64
-	lease elector.LeaseID
-	value []byte
-}
-
-func (b *Backend) wrote(election string, w written) { b.written.Store(election, w) }
-
-// heartbeat reports the lease of the term token of election if value is what this backend
-// last wrote there: an Update that changes nothing but the key's liveness.
-func (b *Backend) heartbeat(election string, token int64, value []byte) (elector.LeaseID, bool) {
-	v, ok := b.written.Load(election)
-	if !ok {
-		return 0, false
-	}
-	w := v.(written)
-	return w.lease, w.token == token && w.lease != 0 && bytes.Equal(w.value, value)
-}
 
 // ringSize is how many events, at least, a group's stream keeps for Watch calls that start from a
 // revision it has already passed (every Watch follows a read, a moment earlier).

@@ -80,10 +80,9 @@ type Backend struct {
 	revs    revisions // the store's history as this backend has seen it (see rewind.go)
 
 	// groups are the groups of elections whose heartbeats share a beacon (beacon.go),
-	// and written what this backend last wrote to each election's key (election ->
-	// written).
+	// and written what this backend last wrote to each election's key.
 	groups  beacon.Groups[group]
-	written sync.Map
+	written beacon.Written
 }
 
 // connectAttempt is one run of clientv3.New; its result is set before done is closed.
@@ -368,7 +367,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		// last-term key was written by every term's campaign, so before this one its mod
 		// revision was the previous term's token.
 		o := elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}}
-		b.wrote(election, written{token: rev, lease: lease, value: value})
+		b.written.Won(election, rev, lease, value)
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			o.Prev = kvs[0].ModRevision
 			// The acknowledgements still alive (each lives about a ttl; its value says
@@ -551,7 +550,7 @@ func readThenWatch[T any](ctx context.Context, b *Backend, key string, out chan<
 // lease's beacon instead, where it can (beacon.go).
 func (b *Backend) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
 	if g := b.groupOf(election); g != nil {
-		if lease, ok := b.heartbeat(election, token, value); ok {
+		if lease, ok := b.written.Heartbeat(election, token, value); ok {
 			answer, err := g.beat(ctx, election, token, lease)
 			if updated, decided := answer.Decided(); decided || err != nil {
 				return updated && err == nil, err
@@ -575,9 +574,7 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 		return false, err
 	}
 	if resp.Succeeded {
-		if v, ok := b.written.Load(election); ok && v.(written).token == token {
-			b.wrote(election, written{token: token, lease: v.(written).lease, value: value})
-		}
+		b.written.Rewrote(election, token, value)
 	}
 	return resp.Succeeded, nil
 }

@@ -4,9 +4,12 @@
 package beacon
 
 import (
+	"bytes"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/caddyleader/caddy-leader/elector"
 )
 
 // Gather is how long a beacon waits for the heartbeats of the other keys its lease holds
@@ -59,4 +62,40 @@ func (gs *Groups[G]) Of(election string) *G {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	return gs.m[election[:i]]
+}
+
+// Written is what a backend last wrote to each election's key: the term, its lease and the
+// value. A heartbeat is an Update that writes the value written last, and only a heartbeat
+// may be carried by a beacon.
+type Written struct{ m sync.Map }
+
+// written is one election's entry of Written.
+type written struct {
+	token int64
+	lease elector.LeaseID
+	value []byte
+}
+
+// Won notes that term token, under lease, wrote value to election's key.
+func (w *Written) Won(election string, token int64, lease elector.LeaseID, value []byte) {
+	w.m.Store(election, written{token: token, lease: lease, value: value})
+}
+
+// Rewrote notes that term token wrote value to election's key, if the term's campaign was
+// noted (Won): the lease stays the term's.
+func (w *Written) Rewrote(election string, token int64, value []byte) {
+	if v, ok := w.m.Load(election); ok && v.(written).token == token {
+		w.Won(election, token, v.(written).lease, value)
+	}
+}
+
+// Heartbeat reports the lease of term token of election if value is what was written last
+// there: an Update that changes nothing but the key's liveness.
+func (w *Written) Heartbeat(election string, token int64, value []byte) (elector.LeaseID, bool) {
+	v, ok := w.m.Load(election)
+	if !ok {
+		return 0, false
+	}
+	e := v.(written)
+	return e.lease, e.token == token && e.lease != 0 && bytes.Equal(e.value, value)
 }

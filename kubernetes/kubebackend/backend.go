@@ -85,10 +85,9 @@ type Backend struct {
 	revs revisions
 
 	// groups are the groups of elections whose heartbeats share a beacon (beacon.go),
-	// and written what this backend last wrote to each election's key (election ->
-	// written).
+	// and written what this backend last wrote to each election's key.
 	groups  beacon.Groups[group]
-	written sync.Map
+	written beacon.Written
 }
 
 type ownLease struct {

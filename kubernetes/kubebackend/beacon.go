@@ -1,7 +1,6 @@
 package kubebackend
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,26 +72,6 @@ func (b *Backend) labelGroup(obj *coordv1.Lease, election string) {
 	}
 }
 
-// written is what this backend last wrote to an election's key, for the term token.
-type written struct {
-	token int64
-	lease elector.LeaseID
-	value []byte
-}
-
-func (b *Backend) wrote(election string, w written) { b.written.Store(election, w) }
-
-// heartbeat reports the lease of the term token of election if value is what this backend
-// last wrote there: an Update that changes nothing but the key's liveness.
-func (b *Backend) heartbeat(election string, token int64, value []byte) (elector.LeaseID, bool) {
-	v, ok := b.written.Load(election)
-	if !ok {
-		return 0, false
-	}
-	w := v.(written)
-	return w.lease, w.token == token && w.lease != 0 && bytes.Equal(w.value, value)
-}
-
 // beatGrouped answers a heartbeat of election's term token with value from a beacon,
 // where it can: handled is false when the key must be written instead.
 func (b *Backend) beatGrouped(ctx context.Context, election string, token int64, value []byte) (ok, handled bool, err error) {
@@ -100,7 +79,7 @@ func (b *Backend) beatGrouped(ctx context.Context, election string, token int64,
 	if g == nil {
 		return false, false, nil
 	}
-	lease, ok := b.heartbeat(election, token, value)
+	lease, ok := b.written.Heartbeat(election, token, value)
 	if !ok {
 		return false, false, nil
 	}

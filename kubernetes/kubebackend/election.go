@@ -174,7 +174,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		if err := b.revs.term(at, election, token, rev); err != nil {
 			return elector.Observation{}, err
 		}
-		b.wrote(election, written{token: token, lease: lease, value: value})
+		b.written.Won(election, token, lease, value)
 		return elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: token},
 			Prev: prev, PrevReleased: prevReleased, PrevWhy: prevWhy}, nil
 	}
@@ -260,9 +260,7 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 		if err != nil {
 			return false, b.describe("update", err)
 		}
-		if v, ok := b.written.Load(election); ok && v.(written).token == token {
-			b.wrote(election, written{token: token, lease: v.(written).lease, value: value})
-		}
+		b.written.Rewrote(election, token, value)
 		return true, b.revs.check(at, got.ResourceVersion)
 	}
 }
