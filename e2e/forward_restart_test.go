@@ -28,6 +28,7 @@ import (
 // They end 200 or 503 with Retry-After, and once the old lease has run out the fleet
 // serves again.
 func TestForwardAfterRestartOfTheLeader(t *testing.T) {
+	const previousProcessSeen = "the election key is held by this instance's previous process"
 	needCaddy(t)
 	etcd := etcdtest.Start(t, 1)
 	backend := safety.StartBackend(t)
@@ -45,6 +46,14 @@ func TestForwardAfterRestartOfTheLeader(t *testing.T) {
 	}
 	if err := again.Launch(caddyBin, nil, "run", "--config", configPath); err != nil {
 		t.Fatal(err)
+	}
+	// The restarted process answers for itself only once it has looked at the key: until
+	// then it cannot tell its previous process's term from one about to be its own, and a
+	// peer that forwards to it is told to ask again.
+	for deadline := time.Now().Add(electTimeout); !strings.Contains(again.Tail(), previousProcessSeen); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not log %q within %s", again, previousProcessSeen, electTimeout)
+		}
 	}
 	if w, err := peer.Whoami(); err != nil || w.Token != token {
 		t.Fatalf("%s sees %+v (%v) once %s restarted; want the old term %d still held: the test did not run inside the old lease",
