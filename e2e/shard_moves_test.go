@@ -125,7 +125,7 @@ type shardRun struct {
 // holds the shard, so the check knows no fault time.
 func checkShardLoad(t *testing.T, name string, run shardRun) {
 	t.Helper()
-	rep := safety.CheckShards(name, run.Results, run.Log, time.Time{}, time.Time{})
+	rep := safety.CheckShards(name, run.Results, run.Log, time.Time{}, time.Time{}, "")
 	safety.CheckReport(t, safety.MayChange, &rep, ttl)
 	safety.CheckNoErrors(t, run.Results)
 }

@@ -251,7 +251,11 @@ func RunOn[S any](t *testing.T, env *Env[S], sc Scenario[S]) Report {
 	results := append(append([]Outcome(nil), s.Load.Results...), s.Extra...)
 	var rep Report
 	if env.Cfg.Shards > 0 {
-		rep = CheckShards(sc.Name, results, env.Backend.Since(loadStart), s.FaultAt, loadEnd)
+		faulted := ""
+		if env.Leader != nil {
+			faulted = env.Leader.ID // the instance the fault strikes
+		}
+		rep = CheckShards(sc.Name, results, env.Backend.Since(loadStart), s.FaultAt, loadEnd, faulted)
 	} else {
 		rep = Check(sc.Name, results, env.Backend.Since(loadStart), env.Token, s.FaultAt, loadEnd)
 	}

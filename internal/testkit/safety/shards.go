@@ -9,15 +9,19 @@ import (
 // CheckShards applies Check's rule to each shard's arrivals on its own, for a fleet with a
 // shard set (see fleet.Config.Shards): every shard is an election with its own terms and
 // tokens, so one shard's term says nothing of another's. The report sums the shards'
-// stale, wrong-token, double and late arrivals; its Takeover and OldLastAdmit are the
-// slowest shard's, among those whose term changed after the fault. A shard's term at the
-// fault is the newest that had arrived before it; a shard with no arrival before the fault
-// counts as moved for no term. Arrivals without a shard are counted as unstamped.
-func CheckShards(name string, results []Outcome, log []Arrival, faultAt, loadEnd time.Time) Report {
+// stale, wrong-token, double and late arrivals; its Takeover is the slowest shard's, among
+// those whose term changed after the fault. A shard's term at the fault is the newest that
+// had arrived before it; a shard with no arrival before the fault counts as moved for no
+// term. Arrivals without a shard are counted as unstamped. OldLastAdmit is the latest
+// admission of a term at the fault that instance faulted served (any instance's, if
+// faulted is empty): the fault's target must stop by its lease deadline, while a shard
+// another instance owned may move later, and gracefully, as placement settles.
+func CheckShards(name string, results []Outcome, log []Arrival, faultAt, loadEnd time.Time, faulted string) Report {
 	rep := Check(name, results, nil, 0, time.Time{}, time.Time{})
 	rep.Takeover = -1
 	byShard := map[int][]Arrival{}
 	before := map[int]int64{} // each shard's newest token to arrive before the fault
+	servedBy := map[int64]string{}
 	for _, a := range log {
 		if a.Shard < 0 {
 			rep.Unstamp++
@@ -25,6 +29,7 @@ func CheckShards(name string, results []Outcome, log []Arrival, faultAt, loadEnd
 			continue
 		}
 		byShard[a.Shard] = append(byShard[a.Shard], a)
+		servedBy[a.Token] = a.ServedBy
 		if a.At.Before(faultAt) {
 			before[a.Shard] = max(before[a.Shard], a.Token)
 		}
@@ -52,7 +57,9 @@ func CheckShards(name string, results []Outcome, log []Arrival, faultAt, loadEnd
 		if before[shard] != 0 && r.Takeover >= 0 {
 			rep.ShardsMoved++
 			rep.Takeover = max(rep.Takeover, r.Takeover)
-			rep.OldLastAdmit = max(rep.OldLastAdmit, r.OldLastAdmit)
+			if faulted == "" || servedBy[before[shard]] == faulted {
+				rep.OldLastAdmit = max(rep.OldLastAdmit, r.OldLastAdmit)
+			}
 		}
 	}
 	if !faultAt.IsZero() {
