@@ -69,7 +69,8 @@ func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duratio
 	if err := checkTransferTarget(list, to, time.Now()); err != nil {
 		return fmt.Errorf("transfer of election %q: %w", e.name, err)
 	}
-	if t := e.Term(); t.Leader.ID == to && !t.Leader.HandingOver {
+	since := e.Term()
+	if since.Leader.ID == to && !since.Leader.HandingOver {
 		return nil
 	}
 	in := intent{Action: intentTransfer, To: to, From: e.c.cfg.ID}
@@ -85,17 +86,50 @@ func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duratio
 	}
 	wait, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// This instance's view can miss a short term of the target's (its watch was between
+	// reads while the target won and was preempted), so once a newer term of another
+	// instance shows, the store's history decides: its successor records every term.
+	var lookAgain <-chan time.Time
+	ask := newBackoff(50*time.Millisecond, time.Second)
 	for {
 		changed := e.Changed()
-		if t := e.Term(); t.Leader.ID == to && !t.Leader.HandingOver {
+		t := e.Term()
+		if t.Leader.ID == to && !t.Leader.HandingOver {
 			return nil
+		}
+		if since.Token != 0 && t.Token > since.Token && lookAgain == nil {
+			lookAgain = time.After(0)
 		}
 		select {
 		case <-wait.Done():
+			if since.Token != 0 && e.ledSince(ctx, to, since.Token) {
+				return nil
+			}
 			return fmt.Errorf("transfer of election %q to %q: %w (it did not lead within %s)", e.name, to, ErrTransferTimeout, timeout)
 		case <-changed:
+		case <-lookAgain:
+			if e.ledSince(wait, to, since.Token) {
+				return nil
+			}
+			lookAgain = time.After(ask.step())
 		}
 	}
+}
+
+// ledSince reports whether the store's history records a term of instance id newer than
+// token: a transfer to id that this instance did not see happen may still have happened. A
+// history that cannot be read says no.
+func (e *Election) ledSince(ctx context.Context, id string, token int64) bool {
+	past, err := e.History(ctx)
+	if err != nil {
+		return false
+	}
+	for _, p := range past {
+		if p.Leader == id && p.Token > token {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *Election) setIntent(ctx context.Context, in intent, ttl time.Duration) error {
