@@ -39,13 +39,29 @@ func (b *Backend) GroupHeartbeats(name string) {
 	b.groups.Join(name, func() *group { return newGroup(b, name) })
 }
 
-// groupOf returns the group of election, nil if it has none or the schema has no beat
-// column (see probeColumns).
+// groupOf returns the group of election whose heartbeats this backend writes as beacons,
+// nil if it has none or the schema had no beat column when it started (see probeColumns).
+// Reads and Expire of a grouped key take the beacon into account either way (beatOf).
 func (b *Backend) groupOf(election string) *group {
 	if b.noBeat.Load() {
 		return nil
 	}
 	return b.groups.Of(election)
+}
+
+// beatOf is the SQL for the beat of the lease or vacated row named alias. Without the
+// column when this backend started, it reads the row as JSON: NULL (which GREATEST
+// ignores) while the column is missing, the beat once Schema's statements have added it.
+// An instance started before that migration must still see the beacons of those started
+// after: they no longer rewrite their keys, and an instance blind to their beacons would
+// take a live key for silent and expire it. The column is looked up when the statement
+// is planned, after the statement's lock on the table; ALTER TABLE waits for that lock,
+// so no beacon can be written between the look and the statement's end.
+func (b *Backend) beatOf(alias string) string {
+	if b.noBeat.Load() {
+		return fmt.Sprintf("(to_jsonb(%s) ->> 'beat')::bigint", alias)
+	}
+	return alias + ".beat"
 }
 
 // group is the elections named <name>.<anything> whose heartbeats share a beacon, and the
@@ -244,12 +260,12 @@ func (g *group) expireSQL() string {
 	n := g.b.names
 	return fmt.Sprintf(`
 WITH holder AS MATERIALIZED (
-	SELECT l.beat FROM %[2]s l JOIN %[1]s e ON e.lease = l.id
+	SELECT %[3]s AS beat FROM %[2]s l JOIN %[1]s e ON e.lease = l.id
 	WHERE e.name = $1 AND e.token = $2
 	FOR SHARE OF l
 )
 DELETE FROM %[1]s WHERE name = $1 AND token = $2 AND rev <= $3
-	AND NOT EXISTS (SELECT 1 FROM holder WHERE beat > $3)`, n.elections, n.leases)
+	AND NOT EXISTS (SELECT 1 FROM holder WHERE beat > $3)`, n.elections, n.leases, g.b.beatOf("l"))
 }
 
 var _ elector.HeartbeatGrouper = (*Backend)(nil)
