@@ -30,20 +30,38 @@ import (
 //     lease, same value) in a snapshot taken after the beat was written, by a statement
 //     of its own (READ COMMITTED takes one per statement), so that a delete that
 //     committed while the beat waited for the lease's row lock is seen; false only if the
-//     key certainly was not; otherwise the key is rewritten as before.
+//     key certainly was not; otherwise the key is rewritten as before. That statement
+//     locks the keys it answers held (FOR KEY SHARE), so that no delete of one commits
+//     between the read and the beat's commit and keeps an older beat in the vacancy.
 
 // GroupHeartbeats implements elector.HeartbeatGrouper.
 func (b *Backend) GroupHeartbeats(name string) {
 	b.groups.Join(name, func() *group { return newGroup(b, name) })
 }
 
-// groupOf returns the group of election, nil if it has none or the schema has no beat
-// column (see probeColumns).
+// groupOf returns the group of election whose heartbeats this backend writes as beacons,
+// nil if it has none or the schema had no beat column when it started (see probeColumns).
+// Reads and Expire of a grouped key take the beacon into account either way (beatOf).
 func (b *Backend) groupOf(election string) *group {
 	if b.noBeat.Load() {
 		return nil
 	}
 	return b.groups.Of(election)
+}
+
+// beatOf is the SQL for the beat of the lease or vacated row named alias. Without the
+// column when this backend started, it reads the row as JSON: NULL (which GREATEST
+// ignores) while the column is missing, the beat once Schema's statements have added it.
+// An instance started before that migration must still see the beacons of those started
+// after: they no longer rewrite their keys, and an instance blind to their beacons would
+// take a live key for silent and expire it. The column is looked up when the statement
+// is planned, after the statement's lock on the table; ALTER TABLE waits for that lock,
+// so no beacon can be written between the look and the statement's end.
+func (b *Backend) beatOf(alias string) string {
+	if b.noBeat.Load() {
+		return fmt.Sprintf("(to_jsonb(%s) ->> 'beat')::bigint", alias)
+	}
+	return alias + ".beat"
 }
 
 // group is the elections named <name>.<anything> whose heartbeats share a beacon, and the
@@ -121,7 +139,13 @@ func (g *group) sendBeacon(batch *beacon.Batch[beatKey]) {
 // snapshot taken when it starts), it sets the lease's beat if the lease is alive, then
 // reads the group's keys the lease holds, in a statement of its own, after the beat
 // holds the lease's row lock: a delete of a key that committed before is seen, and a
-// guarded Expire not yet committed waits for the beat and then finds it. One round trip.
+// guarded Expire not yet committed waits for the beat and then finds it. The read locks
+// the keys it answers held (FOR KEY SHARE): a delete of one that comes later waits for
+// the beat to commit, and its vacated trigger then keeps this beat. A key already locked
+// by a delete not yet committed (an operator's, whose trigger read the beat before this
+// one) is answered Unknown: its heartbeat rewrites the key, which waits for the delete's
+// end without holding the lease's row. So the vacated key keeps a beat no older than any
+// heartbeat answered held. One round trip.
 func (g *group) writeBeacon(lease elector.LeaseID, keys map[string]beatKey) (map[string]beacon.Answer, error) {
 	ctx, cancel := context.WithTimeout(g.b.ctx, beaconTimeout)
 	defer cancel()
@@ -130,8 +154,13 @@ func (g *group) writeBeacon(lease elector.LeaseID, keys map[string]beatKey) (map
 	batch.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	batch.Queue(fmt.Sprintf(`UPDATE %[1]s SET beat = %[2]s() WHERE id = $1 AND expires_at > clock_timestamp() RETURNING beat`,
 		n.leases, n.next), int64(lease))
-	batch.Queue(fmt.Sprintf(`SELECT name, token, sha256(value) FROM %[1]s WHERE lease = $1 AND starts_with(name, $2)`,
-		n.elections), int64(lease), g.prefix)
+	batch.Queue(fmt.Sprintf(`
+WITH locked AS MATERIALIZED (
+	SELECT name, token, sha256(value) AS digest FROM %[1]s WHERE lease = $1 AND starts_with(name, $2)
+	FOR KEY SHARE SKIP LOCKED
+)
+SELECT e.name, k.token, k.digest FROM %[1]s e LEFT JOIN locked k USING (name)
+WHERE e.lease = $1 AND starts_with(e.name, $2)`, n.elections), int64(lease), g.prefix)
 	if !g.b.cfg.DisableListen {
 		// The group's watches look at once, as they do when a key is written.
 		batch.Queue(`SELECT pg_notify($1, $2)`, n.channel, g.name+"/b")
@@ -151,6 +180,7 @@ func (g *group) writeBeacon(lease elector.LeaseID, keys map[string]beatKey) (map
 		return nil, g.b.describe(err)
 	}
 	held := map[string]beatKey{}
+	busy := map[string]bool{} // found, but locked by a delete or an update of its name
 	rows, err := results.Query()
 	if err != nil {
 		return nil, g.b.describe(err)
@@ -158,13 +188,18 @@ func (g *group) writeBeacon(lease elector.LeaseID, keys map[string]beatKey) (map
 	for rows.Next() {
 		var (
 			name   string
-			k      beatKey
+			token  *int64
 			digest []byte
 		)
-		if err := rows.Scan(&name, &k.token, &digest); err != nil {
+		if err := rows.Scan(&name, &token, &digest); err != nil {
 			rows.Close()
 			return nil, g.b.describe(err)
 		}
+		if token == nil {
+			busy[name] = true
+			continue
+		}
+		k := beatKey{token: *token}
 		copy(k.digest[:], digest)
 		held[name] = k
 	}
@@ -189,6 +224,8 @@ func (g *group) writeBeacon(lease elector.LeaseID, keys map[string]beatKey) (map
 	for election, k := range keys {
 		h, ok := held[election]
 		switch {
+		case alive && busy[election]:
+			answers[election] = beacon.Unknown // being deleted: the key's rewrite waits for the outcome
 		case !alive || !ok || h.token != k.token:
 			answers[election] = beacon.Gone // the lease or the term is over
 		case bytes.Equal(h.digest[:], k.digest[:]):
@@ -199,8 +236,11 @@ func (g *group) writeBeacon(lease elector.LeaseID, keys map[string]beatKey) (map
 	}
 	g.mu.Lock()
 	if alive {
-		now := make(map[string]bool, len(held))
+		now := make(map[string]bool, len(held)+len(busy))
 		for name := range held {
+			now[name] = true
+		}
+		for name := range busy {
 			now[name] = true
 		}
 		g.held[lease] = now
@@ -220,12 +260,12 @@ func (g *group) expireSQL() string {
 	n := g.b.names
 	return fmt.Sprintf(`
 WITH holder AS MATERIALIZED (
-	SELECT l.beat FROM %[2]s l JOIN %[1]s e ON e.lease = l.id
+	SELECT %[3]s AS beat FROM %[2]s l JOIN %[1]s e ON e.lease = l.id
 	WHERE e.name = $1 AND e.token = $2
 	FOR SHARE OF l
 )
 DELETE FROM %[1]s WHERE name = $1 AND token = $2 AND rev <= $3
-	AND NOT EXISTS (SELECT 1 FROM holder WHERE beat > $3)`, n.elections, n.leases)
+	AND NOT EXISTS (SELECT 1 FROM holder WHERE beat > $3)`, n.elections, n.leases, g.b.beatOf("l"))
 }
 
 var _ elector.HeartbeatGrouper = (*Backend)(nil)

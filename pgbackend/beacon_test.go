@@ -63,6 +63,23 @@ func beatAll(t *testing.T, ctx context.Context, b *Backend, won map[string]elect
 	return got
 }
 
+// beginByHand begins a transaction on a connection of its own, as an operator's, rolled
+// back at the end of the test unless committed.
+func beginByHand(t *testing.T, ctx context.Context, server *pgtest.Server) pgx.Tx {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, server.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	return tx
+}
+
 // TestHeartbeatsOfAGroupWriteTheBeacon: the heartbeats of a lease's keys in a group,
 // sent together, leave the keys' rows as they are and write the lease's beat, in fewer
 // statements than keys (counted by pg_stat_statements).
@@ -107,16 +124,7 @@ func TestBeaconSeesADeleteItWaitedFor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	lease, won := winAll(t, ctx, holder, "g.gone", "g.kept")
-	conn, err := pgx.Connect(ctx, server.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
+	tx := beginByHand(t, ctx, server)
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM caddy_leader_leases WHERE id = $1 FOR SHARE`, int64(lease)); err != nil {
 		t.Fatal(err)
 	}
@@ -226,5 +234,133 @@ func TestBeaconReportedBeforeAVacancy(t *testing.T) {
 				t.Fatalf("the last write the watch reported before the vacancy is at %d, before the beacon at %d", lastWrite, beat)
 			}
 		})
+	}
+}
+
+// beforeBeacons turns the store's schema into that of a release before beacons: no beat
+// on the leases or the vacated keys, and triggers that know of none.
+const beforeBeacons = `
+DROP TRIGGER caddy_leader_leases_gone ON caddy_leader_leases;
+ALTER TABLE caddy_leader_leases DROP COLUMN beat;
+ALTER TABLE caddy_leader_vacated DROP COLUMN beat;
+CREATE OR REPLACE FUNCTION caddy_leader_notify_vacated() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+	INSERT INTO caddy_leader_vacated (name, value, lease, token, rev)
+	VALUES (OLD.name, OLD.value, OLD.lease, OLD.token, OLD.rev)
+	ON CONFLICT (name) DO UPDATE
+		SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev;
+	RETURN NULL;
+END
+$f$;`
+
+// TestAnInstanceStartedBeforeTheMigrationSeesBeacons: an instance that started (with
+// skip_schema) when the leases had no beat column writes no beacons, but once the column
+// is added, the beacon of an instance started after counts for it as a write of the
+// key: its read reports it, and its Expire of the key with the revision it saw before
+// is refused. Blind to beacons, it would delete a key whose holder is alive and admits.
+func TestAnInstanceStartedBeforeTheMigrationSeesBeacons(t *testing.T) {
+	server := pgtest.Start(t)
+	ddl, err := Schema("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server.Exec(t, ddl)
+	server.Exec(t, beforeBeacons)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	older := groupedBackend(t, Config{DSN: server.DSN(), SkipSchema: true}, "s")
+	if _, err := older.Observe(ctx, "s.0"); err != nil {
+		t.Fatal(err)
+	}
+	if !older.noBeat.Load() {
+		t.Fatal("the instance started before the migration found a beat column")
+	}
+	server.Exec(t, ddl) // the migration
+	newer := groupedBackend(t, Config{DSN: server.DSN(), SkipSchema: true}, "s")
+	lease, won := winAll(t, ctx, newer, "s.0")
+	token := won["s.0"].Holder.Token
+	before, err := older.read(ctx, "s.0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := beatAll(t, ctx, newer, won); !got["s.0"] {
+		t.Fatal("the heartbeat failed")
+	}
+	beat := server.QueryInt(t, fmt.Sprintf(`SELECT beat FROM caddy_leader_leases WHERE id = %d`, lease))
+	if beat <= before.rowRev {
+		t.Fatalf("the beacon wrote beat %d, not after the key's write at %d", beat, before.rowRev)
+	}
+	for _, tc := range []struct {
+		name  string
+		check func(t *testing.T)
+	}{
+		{"a_read_reports_the_beacon", func(t *testing.T) {
+			r, err := older.read(ctx, "s.0", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.obs.Holder == nil || r.rowRev < beat {
+				t.Fatalf("read: holder %+v, last write at %d; want the holder, written at %d or later", r.obs.Holder, r.rowRev, beat)
+			}
+		}},
+		{"expire_with_the_revision_before_the_beacon_is_refused", func(t *testing.T) {
+			expired, err := older.Expire(ctx, "s.0", token, before.rowRev)
+			if err != nil || expired {
+				t.Fatalf("Expire of a key its holder's beacon wrote since = %v, %v; want false", expired, err)
+			}
+		}},
+	} {
+		t.Run(tc.name, tc.check)
+	}
+}
+
+// TestVacancyKeepsTheBeatOfAHeldHeartbeat: an operator's DELETE of a grouped key, made
+// before a beacon and committed after the beacon read the keys, must not leave the
+// vacated key with the beat before the beacon if the heartbeat was answered held:
+// followers would count the holder's deadline from a write earlier than the one its
+// holder counts from. The beacon waits for the delete and answers false instead.
+func TestVacancyKeepsTheBeatOfAHeldHeartbeat(t *testing.T) {
+	server := pgtest.Start(t)
+	holder := groupedBackend(t, Config{DSN: server.DSN()}, "g")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, won := winAll(t, ctx, holder, "g.0")
+	tx := beginByHand(t, ctx, server)
+	var pid int64
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	// The operator's delete: its vacated trigger has read the beat already.
+	if _, err := tx.Exec(ctx, `DELETE FROM caddy_leader_elections WHERE name = 'g.0'`); err != nil {
+		t.Fatal(err)
+	}
+	answers := make(chan map[string]bool, 1)
+	go func() { answers <- beatAll(t, ctx, holder, won) }()
+	// Until the heartbeat is answered, or waits for the operator's transaction.
+	var got map[string]bool
+	waiting := fmt.Sprintf(`SELECT count(*) FROM pg_stat_activity WHERE %d = ANY (pg_blocking_pids(pid))`, pid)
+	for got == nil && server.QueryInt(t, waiting) == 0 {
+		select {
+		case got = <-answers:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil {
+		got = <-answers
+	}
+	if !got["g.0"] {
+		return // not held: nobody counts from the beacon
+	}
+	beat := server.QueryInt(t, fmt.Sprintf(`SELECT beat FROM caddy_leader_leases WHERE id = %d`, lease))
+	r, err := holder.read(ctx, "g.0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.obs.Holder != nil || r.rowRev < beat {
+		t.Fatalf("after a heartbeat answered held at beat %d and the key's delete: holder %+v, last write at %d; want a vacancy written at %d or later",
+			beat, r.obs.Holder, r.rowRev, beat)
 	}
 }

@@ -61,7 +61,8 @@ type Backend struct {
 	// hand (SkipSchema) that Schema's statements of this release have not been run on.
 	noWhy atomic.Bool
 	// noBeat is set, likewise, when the leases' beat column is missing: no election's
-	// heartbeats are then grouped (see beacon.go).
+	// heartbeats are then grouped, and grouped keys' reads and Expire read the beat in a
+	// way that works before and after the column is added (see beatOf).
 	noBeat atomic.Bool
 
 	// groups are the groups of elections whose heartbeats share a beacon (beacon.go).
@@ -191,8 +192,9 @@ func (b *Backend) ready(ctx context.Context) error {
 // later releases: the acknowledgements' why and the leases' and vacated keys' beat.
 // Without why, acknowledgements are written and read as an earlier release did, without a
 // reason (the history then says "handed over"); without beat, every heartbeat rewrites its
-// key, as before grouping. Either way the store keeps working until Schema's statements
-// are run again. b.schemaMu is held.
+// key, as before grouping, while reads and Expire of grouped keys still see the beacons of
+// instances started after the column was added (beatOf). Either way the store keeps
+// working until Schema's statements are run again. b.schemaMu is held.
 func (b *Backend) probeColumns(ctx context.Context) error {
 	const has = `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s AND NOT attisdropped)`
 	var why, beat bool

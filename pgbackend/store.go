@@ -210,11 +210,11 @@ func (b *Backend) read(ctx context.Context, election string, lease elector.Lease
 		live, alive          bool
 	)
 	// A grouped key was last written by its own write or its lease's beacon, whichever
-	// came last (beacon.go).
+	// came last (beacon.go), whether or not this backend writes beacons itself.
 	keyRev, vacatedRev := "e.rev", "v.rev"
-	if b.groupOf(election) != nil {
-		keyRev = fmt.Sprintf("GREATEST(e.rev, (SELECT beat FROM %s WHERE id = e.lease))", b.names.leases)
-		vacatedRev = "GREATEST(v.rev, v.beat)"
+	if b.groups.Of(election) != nil {
+		keyRev = fmt.Sprintf("GREATEST(e.rev, (SELECT %s FROM %s lb WHERE lb.id = e.lease))", b.beatOf("lb"), b.names.leases)
+		vacatedRev = fmt.Sprintf("GREATEST(v.rev, %s)", b.beatOf("v"))
 	}
 	err := b.pool.QueryRow(ctx, fmt.Sprintf(`
 SELECT %[3]s(), e.value, e.lease, e.token, %[5]s, l.id IS NOT NULL,
@@ -279,8 +279,10 @@ func (b *Backend) Expire(ctx context.Context, election string, token, rev int64)
 		return false, err
 	}
 	sql := fmt.Sprintf(`DELETE FROM %s WHERE name = $1 AND token = $2 AND rev <= $3`, b.names.elections)
-	if g := b.groupOf(election); g != nil {
-		sql = g.expireSQL() // its holder's beacon counts as a write of the key
+	if g := b.groups.Of(election); g != nil {
+		// Its holder's beacon counts as a write of the key, even where this backend
+		// writes none: another instance may (beatOf).
+		sql = g.expireSQL()
 	}
 	tag, err := b.pool.Exec(ctx, sql, election, token, rev)
 	if err != nil {
