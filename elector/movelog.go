@@ -41,6 +41,7 @@ type MoveLog struct {
 type moveWave struct {
 	start, last time.Time
 	from        map[string]int    // shards taken, by the instance that held each before
+	expired     map[string]int    // keys of silent leaders this instance deleted, by leader
 	gaveTo      map[string]string // shards given, by election: to whom, nobody until seen
 }
 
@@ -103,6 +104,12 @@ func (m *MoveLog) gave(election, to string) {
 	})
 }
 
+// expired records that this instance deleted the key of leader, silent for a whole ttl: a
+// sign of trouble on that instance, which the summary keeps.
+func (m *MoveLog) expired(leader string) {
+	m.note(func(w *moveWave) { w.expired[leader]++ })
+}
+
 // ledBy records that another instance, to, leads election now: the taker of a shard this
 // instance gave in the current wave, if it did not know it yet.
 func (m *MoveLog) ledBy(election, to string) {
@@ -122,7 +129,7 @@ func (m *MoveLog) note(move func(*moveWave)) {
 	defer m.mu.Unlock()
 	now := time.Now()
 	if m.wave == nil {
-		m.wave = &moveWave{start: now, from: map[string]int{}, gaveTo: map[string]string{}}
+		m.wave = &moveWave{start: now, from: map[string]int{}, expired: map[string]int{}, gaveTo: map[string]string{}}
 	}
 	m.wave.last = now
 	move(m.wave)
@@ -154,9 +161,13 @@ func (m *MoveLog) flush() {
 	for _, n := range w.from {
 		took += n
 	}
-	m.c.log().Info("shard set moved shards", zap.String("set", m.set),
+	fields := []zap.Field{zap.String("set", m.set),
 		zap.Int("took", took), zap.Any("took_from", w.from),
 		zap.Int("gave", len(w.gaveTo)), zap.Any("gave_to", gaveTo),
 		zap.Duration("in", w.last.Sub(w.start).Round(time.Millisecond)),
-		zap.Int("owns", m.owned), zap.Int("shards", m.shards))
+		zap.Int("owns", m.owned), zap.Int("shards", m.shards)}
+	if len(w.expired) > 0 {
+		fields = append(fields, zap.Any("expired_silent_leaders", w.expired))
+	}
+	m.c.log().Info("shard set moved shards", fields...)
 }

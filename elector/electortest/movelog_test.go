@@ -47,9 +47,10 @@ func TestShardMovesAreSummedUp(t *testing.T) {
 					t.Fatalf("%s: no summary says it owns %d shards: %v", id, owns, messages(logs.FilterMessage("shard set moved shards")))
 				}
 			}
-			info := logs.Filter(func(e observer.LoggedEntry) bool { return e.Level >= zapcore.InfoLevel })
 			// A wave may be summed up in a few lines (a line at least every few
-			// seconds); what must not happen is a line per shard.
+			// seconds); what must not happen is a line per shard. (A WARN, a store
+			// request that failed on a loaded machine, is trouble, not a move.)
+			info := logs.FilterLevelExact(zapcore.InfoLevel)
 			if n := info.Len(); n > 12 {
 				t.Errorf("%s logged %d INFO lines while placing %d shards: %v", id, n, count, messages(info))
 			}
