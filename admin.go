@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/electionstatus"
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/shards"
 )
 
 func init() {
@@ -246,6 +247,9 @@ func transfer(w http.ResponseWriter, r *http.Request, name string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkShardTransfer(r.Context(), e, to); err != nil {
+		return err
+	}
 	from := e.Term().Leader.ID
 	if err := e.Transfer(r.Context(), to, timeout); err != nil {
 		return refusal(err)
@@ -261,6 +265,27 @@ func transfer(w http.ResponseWriter, r *http.Request, name string) error {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	return json.NewEncoder(w).Encode(result)
+}
+
+// checkShardTransfer refuses to transfer a shard of a set to another instance than the one
+// placement prefers: placement would move it back within moments, and its clients would
+// be cut off twice. It reads the election's view of the registry, as placement does.
+func checkShardTransfer(ctx context.Context, e *elector.Election, to string) error {
+	set, shard, ok := shardOf(e.Name())
+	if !ok {
+		return nil
+	}
+	list, err := e.KnownCandidates(ctx)
+	if err != nil {
+		return refusal(fmt.Errorf("reading the candidates of %s: %w", e.Name(), err))
+	}
+	preferred := shards.Owner(shard, electionstatus.Placed(list))
+	if preferred == "" || preferred == to {
+		return nil
+	}
+	return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf(
+		"%s is a shard of set %s; placement prefers %s and would move it back from %s; to move shards, resign their owner (`caddy leader resign --shards %s`) or change priorities",
+		e.Name(), set, preferred, to, set)}
 }
 
 // refusal turns the error of a resign or transfer into the admin API's answer: a request

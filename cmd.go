@@ -38,6 +38,10 @@ the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
 --election may be left out when the instance takes part in one election only
 (status then lists every election).
 
+A shard (--election <set>.<n>) is transferred only to the instance placement
+prefers for it; to move shards, resign their owner (--shards) or change
+priorities. resign --shards holds the instance off every shard of the set.
+
 ENDED in the history says how each term ended: handed over (the leader shut
 down, or a reload dropped the election), resigned, transferred, key deleted
 (by an operator), deadline missed (its heartbeats did not reach the store in
@@ -73,7 +77,7 @@ time, and it said so), or crashed (no word from it: killed, hung or cut off).
 			cmd.AddCommand(leaderSubcommand("resign", "[--election <name> | --shards <set>] [--hold-off <duration>]", "Makes the leader hand over and stay out for a while",
 				func(c *cobra.Command) {
 					c.Flags().String("hold-off", "", "How long the leader stays out of the election, e.g. 30s (default: one ttl)")
-					c.Flags().String("shards", "", "Resign every shard of this shard set that the instance owns")
+					c.Flags().String("shards", "", "Resign every shard of this shard set that the instance owns, and stay out of the whole set for the hold-off")
 				},
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderResign(out, addr, fl.String("election"), fl.String("shards"), fl.String("hold-off"))

@@ -4,15 +4,22 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/etcdbackend"
 	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
+	"github.com/caddyleader/caddy-leader/shards"
 )
 
 // TestShardCommands runs `caddy leader shards`, `status` and `resign --shards` against the
@@ -128,5 +135,92 @@ func TestShardCommands(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), `"tenants"`) {
 			t.Errorf("shards tenants: %v", err)
 		}
+	})
+}
+
+// TestShardOperations runs the shard operations that placement would undo against a Caddy
+// instance (shard-a, with the admin API) and a peer candidate (shard-b) in this process,
+// sharing a set of 8 shards on a real etcd: a transfer to an instance that placement does
+// not prefer is refused, and resign --shards holds the instance off the whole set, so that
+// the set reads as settled on the others during the hold-off.
+func TestShardOperations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and Caddy")
+	}
+	cluster := etcdtest.Start(t, 1)
+	const prefix, count = "/shard-ops-test/", 8
+	backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: cluster.Endpoints(), Prefix: prefix, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, peer := fleet.StartShardCandidate(t, elector.Config{
+		ID: "shard-b", URL: "http://shard-b.test:8080", TTL: 2 * time.Second, DrainTimeout: time.Second,
+		Backend: backend, Logger: zaptest.NewLogger(t).Named("shard-b"),
+	}, "rooms", count, DefaultMaxMoves)
+	admin := fmt.Sprintf("127.0.0.1:%d", freeport.MustPick(t, 1)[0])
+	config := fmt.Sprintf(`{
+		"admin": {"listen": %q},
+		"apps": {"leader": {"endpoints": [%q], "prefix": %q, "ttl": "2s",
+			"instance_id": "shard-a", "advertise": "http://127.0.0.1:1",
+			"shard_sets": {"rooms": {"shards": %d}}}}}`, admin, cluster.Endpoint(0), prefix, count)
+	if err := caddy.Load([]byte(config), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+
+	owners := shards.Placement(count, []shards.Candidate{{ID: "shard-a", Weight: 1}, {ID: "shard-b", Weight: 1}})
+	ofA := slices.Index(owners, "shard-a")
+	if ofA < 0 || !slices.Contains(owners, "shard-b") {
+		t.Fatalf("placement %v gives one instance every shard: the test needs both", owners)
+	}
+	status := func() ShardSetStatus {
+		var st ShardSetStatus
+		if err := adminCall(admin, http.MethodGet, "/leader/shards/rooms", &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// Waiting for the placement is not a timing assertion: the test asserts what the
+	// commands do once every shard is at its preferred owner.
+	waitUntil(t, "every shard is at its preferred owner", func() bool {
+		st := status()
+		return st.Moving == 0 && st.Leaderless == 0 && st.Owners["shard-a"]+st.Owners["shard-b"] == count && len(st.Candidates) == 2
+	})
+
+	t.Run("transfer_of_a_shard_away_from_its_preferred_owner_is_refused", func(t *testing.T) {
+		election := fmt.Sprintf("rooms.%d", ofA)
+		token := status().List[ofA].Token
+		err := leaderTransfer(new(bytes.Buffer), admin, election, "shard-b", "")
+		if err == nil || !strings.Contains(err.Error(), "placement prefers shard-a") || !strings.Contains(err.Error(), "caddy leader resign --shards rooms") {
+			t.Fatalf("transfer --election %s --to shard-b: %v", election, err)
+		}
+		if sh := status().List[ofA]; sh.Owner != "shard-a" || sh.Token != token {
+			t.Errorf("after the refused transfer, shard %d = %+v (token %d before)", ofA, sh, token)
+		}
+	})
+
+	t.Run("resign_shards_holds_the_instance_off_every_shard_of_the_set", func(t *testing.T) {
+		if err := leaderResign(new(bytes.Buffer), admin, "", "rooms", "30s"); err != nil {
+			t.Fatal(err)
+		}
+		heldOffEverywhere := func() bool {
+			for _, e := range peer {
+				list, err := e.KnownCandidates(t.Context())
+				if err != nil {
+					return false
+				}
+				for _, c := range list {
+					if c.ID == "shard-a" && c.Healthy {
+						return false
+					}
+				}
+			}
+			return true
+		}
+		waitUntil(t, "every shard's registry lists shard-a as held off", heldOffEverywhere)
+		waitUntil(t, "shard-b owns every shard and the set reads as settled", func() bool {
+			st := status()
+			return st.Owners["shard-b"] == count && st.Moving == 0
+		})
 	})
 }

@@ -96,11 +96,13 @@ func (a *App) shardSet(name string) (*shardSet, error) {
 	// One beacon per renewal carries the heartbeats of every shard this instance owns,
 	// where the store can order it with the keys (etcd); elsewhere each key is rewritten.
 	a.candidate.GroupHeartbeats(name)
+	summary := a.candidate.MoveLog(name, cfg.Shards)
 	for s := range set.elections {
 		e := a.election(shardElection(name, s))
 		shard := s
 		e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, shard, priority) }, slots)
 		termconn.For(e).SetMetricGroup(name)
+		e.SetMoveLog(summary)
 		set.elections[s] = e
 	}
 	a.shardSets[name] = set

@@ -76,7 +76,10 @@ func serveShards(w http.ResponseWriter, r *http.Request, rest string) error {
 	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no such leader endpoint: %s", r.URL.Path)}
 }
 
-// resignShards hands over, at once, every shard of set that this instance owns.
+// resignShards hands over, at once, every shard of set that this instance owns, and holds
+// the instance off every shard of the set, owned or not: it then announces itself held off
+// in each, so that placement prefers others for all of them (a shard it did not own would
+// otherwise still count it as the preferred owner, and read as moving, for the hold-off).
 func resignShards(w http.ResponseWriter, r *http.Request, set string, elections map[int]*elector.Election) error {
 	var ttl time.Duration
 	for _, e := range elections {
@@ -95,6 +98,8 @@ func resignShards(w http.ResponseWriter, r *http.Request, set string, elections 
 	n := 0
 	for s, e := range elections {
 		if !e.Term().Holds() {
+			// Nothing to hand over: the resign only holds it off (it does not block).
+			_ = e.Resign(r.Context(), holdOff)
 			continue
 		}
 		n++

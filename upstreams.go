@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
 
 	"github.com/caddyleader/caddy-leader/elector"
 )
@@ -20,11 +21,14 @@ func init() {
 
 // LeaderUpstreams is the `leader` dynamic upstream source of reverse_proxy: it answers the
 // current leader's advertise address (host:port), so that a follower proxies to the
-// leader. It answers an error, which makes reverse_proxy retry within its
-// lb_try_duration, while no leader is known, while the leader is handing over, and when
-// the leader's record names this instance while this process does not hold the key (a
-// previous process of this instance, killed and restarted before its lease ran out), or
-// names this instance's advertise address: a proxy never sends a request to itself.
+// leader. It answers no upstream, which makes reverse_proxy retry within its
+// lb_try_duration and then answer 503, while no leader is known, while the leader is
+// handing over, and when the leader's record names this instance while this process does
+// not hold the key (a previous process of this instance, killed and restarted before its
+// lease ran out), or names this instance's advertise address: a proxy never sends a
+// request to itself. (No leader for a moment is routine, a handover or a shard's move:
+// an error would make reverse_proxy log an ERROR and fall back to static upstreams, which
+// a proxy to the leader has none of.)
 //
 // It also carries the loop guard: it marks every request it routes with the
 // Caddy-Leader-Forwarded-By header naming this instance and authenticated for the
@@ -53,10 +57,11 @@ type LeaderUpstreams struct {
 	self     string
 	selfDial string // host:port of this instance's advertise URL
 	dial     *atomic.Pointer[termDial]
+	logger   *zap.Logger
 }
 
 func newLeaderUpstreams(name string, e *elector.Election, self, selfDial string) *LeaderUpstreams {
-	return &LeaderUpstreams{Election: name, election: e, self: self, selfDial: selfDial, dial: new(atomic.Pointer[termDial])}
+	return &LeaderUpstreams{Election: name, election: e, self: self, selfDial: selfDial, dial: new(atomic.Pointer[termDial]), logger: zap.NewNop()}
 }
 
 // termDial caches the dial address of one Term's leader.
@@ -94,6 +99,7 @@ func (u *LeaderUpstreams) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("leader upstreams: advertise: %v", err)
 	}
 	*u = *newLeaderUpstreams(u.Election, e, app.InstanceID, selfDial)
+	u.logger = ctx.Logger()
 	return nil
 }
 
@@ -114,6 +120,7 @@ func (u *LeaderUpstreams) provisionShards(ctx caddy.Context) error {
 	u.shards = make([]*LeaderUpstreams, len(set.elections))
 	for s, e := range set.elections {
 		u.shards[s] = newLeaderUpstreams(e.Name(), e, app.InstanceID, selfDial)
+		u.shards[s].logger = ctx.Logger()
 	}
 	return nil
 }
@@ -136,7 +143,10 @@ func (u *LeaderUpstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstrea
 	}
 	t := u.election.Term()
 	if t.Holds() || !t.Settled(time.Now()) || heldElsewhereAsSelf(t, u.selfDial) {
-		return nil, fmt.Errorf("leader upstreams: no leader of election %q to forward to", u.Election)
+		if c := u.logger.Check(zap.DebugLevel, "no leader to forward to"); c != nil {
+			c.Write(zap.String("election", u.Election))
+		}
+		return nil, nil
 	}
 	d := u.dial.Load()
 	if d == nil || d.term != t {

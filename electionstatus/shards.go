@@ -73,7 +73,6 @@ type Shard struct {
 // that view's watch is broken.
 func ShardSetOf(ctx context.Context, set string, count int, elections map[int]*elector.Election, detail bool, now time.Time) ShardSet {
 	st := ShardSet{Set: set, Shards: count, Owners: map[string]int{}, Candidates: []ShardCandidate{}}
-	var live []shards.Candidate
 	var infos []elector.CandidateInfo
 	for _, e := range elections {
 		st.Self = e.Term().Self
@@ -82,11 +81,7 @@ func ShardSetOf(ctx context.Context, set string, count int, elections map[int]*e
 		}
 		break // every shard has the same candidates
 	}
-	for _, c := range infos {
-		if c.Healthy && !c.Leaving {
-			live = append(live, shards.Candidate{ID: c.ID, Weight: c.Priority})
-		}
-	}
+	live := Placed(infos)
 	preferredCount := map[string]int{}
 	for s := 0; s < st.Shards; s++ {
 		e, ok := elections[s]
@@ -118,4 +113,16 @@ func ShardSetOf(ctx context.Context, set string, count int, elections map[int]*e
 			Healthy: c.Healthy && !c.Leaving, Preferred: preferredCount[c.ID], Owned: st.Owners[c.ID]})
 	}
 	return st
+}
+
+// Placed is the candidates of infos that placement gives shards to: the live, healthy ones
+// (a candidate held off after a resign announces itself unhealthy), weighted by priority.
+func Placed(infos []elector.CandidateInfo) []shards.Candidate {
+	var live []shards.Candidate
+	for _, c := range infos {
+		if c.Healthy && !c.Leaving {
+			live = append(live, shards.Candidate{ID: c.ID, Weight: c.Priority})
+		}
+	}
+	return live
 }

@@ -87,6 +87,7 @@ type Candidate struct {
 	leaseWake chan struct{} // closed (and replaced) whenever current changes
 	abandoned LeaseID       // the last lease given up, whose keys may linger until it expires
 	elections map[string]*Election
+	moveLogs  map[moveLogKey]*MoveLog // by shard set (see movelog.go)
 	closed    bool
 }
 

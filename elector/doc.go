@@ -50,6 +50,7 @@
 // election's state), campaign.go (the campaign loop), observe.go (turning observations into
 // published Terms), admission.go (the hot path), heartbeat.go, settle.go, handover.go,
 // intent.go (resign and transfer requests through the store), registry.go (the view of the
-// candidates that a handover consults), term.go, lease.go, backend.go
+// candidates that a handover consults), movelog.go (a shard set's moves summed up in the
+// log), term.go, lease.go, backend.go
 // (the store's contract).
 package elector

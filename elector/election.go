@@ -90,6 +90,9 @@ type Election struct {
 	// placement is the election's own ranking of the candidates, if it has one
 	// (placement.go).
 	placement atomic.Pointer[placement]
+	// moveLog sums up the moves of the shard set the election is a shard of, if any
+	// (movelog.go).
+	moveLog atomic.Pointer[MoveLog]
 
 	users     int // guarded by c.mu
 	startOnce sync.Once

@@ -50,8 +50,11 @@ func (e *Election) expireSilent(ctx context.Context) bool {
 	case expired:
 		// Its heartbeat deadline has passed; a failsafe it may ride beyond the store's
 		// reach is the next term's to fence (see proof).
-		e.c.log().Info("deleted the key of a leader silent for a whole ttl; its heartbeat deadline has passed",
+		e.logMove("deleted the key of a leader silent for a whole ttl; its heartbeat deadline has passed",
 			zap.String("election", e.name), zap.String("leader", t.Leader.ID), zap.Int64("token", p.token))
+		if m := e.moveLog.Load(); m != nil {
+			m.expired(t.Leader.ID)
+		}
 	}
 	return expired
 }

@@ -95,7 +95,7 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	}
 	if !t.proof.isProven() {
 		heartbeat, failsafe := t.proof.owes()
-		e.c.log().Info("handing over once every earlier term is proven stopped",
+		e.logMove("handing over once every earlier term is proven stopped",
 			zap.String("election", e.name), zap.Int64("token", t.Token), zap.Bool("heartbeat_owed", heartbeat),
 			zap.Bool("failsafe_owed", failsafe), zap.Duration("heartbeat_at_most", max(0, t.proof.stoppedBy.Sub(e.c.now()))))
 		wctx, cancelWait := context.WithCancel(ctx)

@@ -198,7 +198,7 @@ func (e *Election) applyIntent(ctx context.Context, value []byte) {
 		}
 		e.setStandAside(in.To)
 		if t.Holds() {
-			e.c.log().Info("transferring leadership on request", zap.String("election", e.name),
+			e.logMove("transferring leadership on request", zap.String("election", e.name),
 				zap.String("to", in.To), zap.String("requested_by", in.From))
 			go e.resignOnRequest(ctx, 0, "transferred", value)
 		}

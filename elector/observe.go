@@ -201,6 +201,8 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 			}
 		}
 	}
+	// Who held the key before: the history forgets it once this instance's term settles.
+	before := e.other.rec.ID
 	e.noteHistoryLocked(old, t)
 	e.noteFailsafeLocked(t)
 	e.term.Store(t)
@@ -215,21 +217,45 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 		o.TermChanged(e, old, t)
 	}
 
-	log := e.c.log()
+	e.logTermLocked(old, t, held, before, reason)
+}
+
+// logTermLocked logs the change from old to t, a term held under held (nil: not held by
+// this instance) after a term of before's (an instance id, "" if none is known): at INFO for a plain election, at DEBUG for a shard, whose moves its set's
+// MoveLog sums up instead. e.mu is held.
+func (e *Election) logTermLocked(old, t *Term, held *lease, before, reason string) {
+	moves := e.moveLog.Load()
 	fields := []zap.Field{
 		zap.String("election", e.name), zap.String("self", t.Self),
 		zap.String("leader", t.Leader.ID), zap.Int64("token", t.Token), zap.String("reason", reason),
 	}
+	var msg string
 	switch {
 	case held != nil && t.Settling && old.lease == nil:
-		log.Info("won the election; waiting for the previous leader to stop", fields...)
+		msg = "won the election; waiting for the previous leader to stop"
 	case held != nil && !t.Settling && (old.lease == nil || old.Settling):
-		log.Info("became leader", fields...)
+		msg = "became leader"
+		if moves != nil {
+			moves.took(before)
+		}
 	case held == nil && old.lease != nil:
-		log.Info("stepped down", fields...)
+		msg = "stepped down"
+		if moves != nil && !old.Settling {
+			to := t.Leader.ID
+			if to == t.Self {
+				to = "" // its own key, not released yet: the taker comes later
+			}
+			moves.gave(e.name, to)
+		}
 	case t.Draining && !old.Draining:
-		log.Info("handing leadership over", fields...)
+		msg = "handing leadership over"
 	case t.Leader.ID != old.Leader.ID || t.Token != old.Token:
-		log.Info("leader changed", fields...)
+		msg = "leader changed"
+		if moves != nil {
+			moves.ledBy(e.name, t.Leader.ID)
+		}
+	default:
+		return
 	}
+	e.logMove(msg, fields...)
 }

@@ -140,8 +140,11 @@ func (e *Election) preempt(ctx context.Context) {
 		changed, registry := e.Changed(), e.registry.changes()
 		if e.preempts() && e.outranksLeader(ctx) {
 			t := e.Term()
-			e.c.log().Info("asking a leader of lower priority to hand over", zap.String("election", e.name),
-				zap.String("leader", t.Leader.ID), zap.Int("priority", e.c.Priority()))
+			msg := "asking a leader of lower priority to hand over"
+			if e.placement.Load() != nil {
+				msg = "asking the leader to hand over: placement prefers this instance"
+			}
+			e.logMove(msg, zap.String("election", e.name), zap.String("leader", t.Leader.ID), zap.Int("priority", e.c.Priority()))
 			free, ok := e.moveSlot(ctx)
 			if !ok {
 				return

@@ -40,7 +40,7 @@ func TestDiagnose(t *testing.T) {
 		got := b.Diagnose(t.Context(), fmt.Errorf("grant: %w", context.DeadlineExceeded)).Error()
 		for _, want := range []string{
 			"endpoint " + closed + ": dial: connect: connection refused",
-			"endpoint " + open.Addr().String() + " accepts TCP connections",
+			"endpoint " + open.Addr().String() + " accepts TCP connections, so the store was slow to answer",
 		} {
 			if !strings.Contains(got, want) {
 				t.Errorf("diagnosis %q does not say %q", got, want)

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/shards"
@@ -22,6 +24,9 @@ type placedFleet struct {
 	shards  int
 	members map[string][]*elector.Election // by instance id, one election per shard
 	cands   map[string]*elector.Candidate
+	// logs, if not nil, makes join log each candidate to an observer, by id, at DEBUG, and
+	// give its set a MoveLog, as the leader app does.
+	logs map[string]*observer.ObservedLogs
 	// overlaps counts samples in which two candidates admitted in one shard at once.
 	overlaps atomic.Int64
 	mu       sync.Mutex
@@ -31,9 +36,17 @@ func shardName(s int) string { return fmt.Sprintf("rooms.%d", s) }
 
 func (f *placedFleet) join(id string, moves int) {
 	f.t.Helper()
+	logger := zaptest.NewLogger(f.t).Named(id)
+	if f.logs != nil {
+		core, logs := observer.New(zap.DebugLevel)
+		logger = zap.New(core)
+		f.mu.Lock()
+		f.logs[id] = logs
+		f.mu.Unlock()
+	}
 	c, err := elector.NewCandidate(elector.Config{
 		ID: id, URL: "http://" + id + ".test:8080", TTL: time.Second, DrainTimeout: time.Second,
-		Backend: f.store.Client(), Logger: zaptest.NewLogger(f.t).Named(id),
+		Backend: f.store.Client(), Logger: logger,
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -44,6 +57,9 @@ func (f *placedFleet) join(id string, moves int) {
 		e := c.Election(shardName(s))
 		shard := s
 		e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, shard, priority) }, slots)
+		if f.logs != nil {
+			e.SetMoveLog(c.MoveLog("rooms", f.shards))
+		}
 		list[s] = e
 	}
 	c.Start()

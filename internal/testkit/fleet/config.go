@@ -283,8 +283,13 @@ func (c Config) JSON(in *Instance) []byte {
 	cfg := map[string]any{
 		"admin":   admin,
 		"storage": map[string]any{"module": "file_system", "root": filepath.Join(in.Dir, "storage")},
-		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "INFO"}}},
-		"apps":    apps,
+		// The leader app's own log at DEBUG: a shard's "became leader" is there (its set
+		// sums its moves up at INFO), and ShardsLedSince reads it.
+		"logging": map[string]any{"logs": map[string]any{
+			"default": map[string]any{"level": "INFO", "exclude": []string{"leader"}},
+			"leader":  map[string]any{"level": "DEBUG", "include": []string{"leader"}},
+		}},
+		"apps": apps,
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
