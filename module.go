@@ -354,6 +354,9 @@ func (a *App) check() error {
 		if err := checkElectionName(name); err != nil {
 			return fmt.Errorf("elections: %v", err)
 		}
+		if err := a.checkNotShard(name); err != nil {
+			return fmt.Errorf("elections: %v", err)
+		}
 	}
 	if a.Priority != nil && *a.Priority < 0 {
 		return fmt.Errorf("priority: %d is negative (0 never campaigns)", *a.Priority)
@@ -456,6 +459,19 @@ func checkElectionName(name string) error {
 	// name could make one election's key another's.
 	if name == "" || strings.ContainsAny(name, " \t\r\n/") {
 		return fmt.Errorf("election name %q must be non-empty and have no white space or slash", name)
+	}
+	return nil
+}
+
+// checkNotShard refuses a plain election named as one of the app's shard sets or as one of
+// its shards (`<set>.<n>`): the latter would silently be that shard, and either would
+// report its metrics under the set's label, which makes /metrics fail for the whole
+// instance.
+func (a *App) checkNotShard(name string) error {
+	set, _, _ := strings.Cut(name, ".")
+	if cfg, ok := a.ShardSets[set]; ok && cfg != nil {
+		return fmt.Errorf("election name %q clashes with shard set %q, whose shards are the elections %s to %s: rename the election or the set",
+			name, set, shardElection(set, 0), shardElection(set, cfg.Shards-1))
 	}
 	return nil
 }
@@ -585,6 +601,9 @@ func joinElection(ctx caddy.Context, module string, name *string) (*App, *electo
 	app, err := appFrom(ctx, module)
 	if err != nil {
 		return nil, nil, err
+	}
+	if err := app.checkNotShard(*name); err != nil {
+		return nil, nil, fmt.Errorf("%s: election: %v", module, err)
 	}
 	return app, app.election(*name), nil
 }
