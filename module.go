@@ -492,8 +492,17 @@ func (a *App) election(name string) *elector.Election {
 // It returns at once; an unreachable etcd only delays leadership (gated routes fail closed).
 func (a *App) Start() error {
 	a.candidate.Start()
+	inSet := make(map[*elector.Election]bool)
+	for _, set := range a.shardSets {
+		for _, e := range set.elections {
+			inSet[e] = true
+		}
+		go a.startShardSet(set)
+	}
 	for _, e := range a.elections {
-		e.Start()
+		if !inSet[e] {
+			e.Start()
+		}
 	}
 	if a.StepDown != nil {
 		go a.watchHealth(a.ctx)
