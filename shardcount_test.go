@@ -121,8 +121,13 @@ func TestShardCountMismatchStaysOut(t *testing.T) {
 	if !strings.Contains(string(logged), `"shards":2,"fleet_shards":4`) || !strings.Contains(string(logged), `"level":"error"`) {
 		t.Errorf("no ERROR naming both counts; logged:\n%s", logged)
 	}
-	if p := shardCountProblem("rooms"); !strings.Contains(p, `has 2 shards in set "rooms" but the fleet has 4`) {
-		t.Errorf("problem %q does not name both counts", p)
+	// What GET /leader/ and `caddy leader status` show.
+	var table strings.Builder
+	if err := printShardSetsTable(&table, listShardSets(t.Context(), time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), `ERROR: shard set rooms: this instance has 2 shards in set "rooms" but the fleet has 4`) {
+		t.Errorf("caddy leader status does not name both counts:\n%s", table.String())
 	}
 	if !fleetLeadsAll() {
 		t.Error("the fleet lost a shard when an instance of another count joined")
