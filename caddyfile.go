@@ -97,6 +97,11 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	if app.StoreRaw == nil && len(app.Endpoints) == 0 {
 		return nil, d.Err("leader: endpoints: at least one etcd endpoint is required")
 	}
+	for _, name := range app.Elections {
+		if err := app.checkNotShard(name); err != nil {
+			return nil, d.Errf("leader: elections: %v", err)
+		}
+	}
 	return httpcaddyfile.App{Name: "leader", Value: caddyconfig.JSON(app, nil)}, nil
 }
 

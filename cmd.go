@@ -274,7 +274,15 @@ func printShardSetsTable(out io.Writer, sets []ShardSetStatus) error {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t(no live candidate is known)\n", set.Set, set.Shards, set.Leaderless, set.Moving)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, set := range sets {
+		if set.Problem != "" {
+			fmt.Fprintf(out, "ERROR: shard set %s: %s\n", set.Set, set.Problem)
+		}
+	}
+	return nil
 }
 
 // leaderShards prints the shards of a set, or of the only one, as a table or as JSON.

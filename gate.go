@@ -191,6 +191,9 @@ func (g *Gate) Provision(ctx caddy.Context) error {
 		}
 		g.bindShards(set)
 	} else {
+		if err := app.checkNotShard(g.Election); err != nil {
+			return fmt.Errorf("leader_gate: election: %v", err)
+		}
 		g.bind(app.election(g.Election))
 	}
 	g.selfDial, _ = leaderDial(app.Advertise)

@@ -41,7 +41,8 @@ const (
 //	     while no one leads); the role is "settling" for an instance that has just taken
 //	     the key and waits, up to one ttl, for the previous term to be proven over
 //	503  unhealthy: its lease is not live (the store is out of reach, it has not joined
-//	     yet) or it is leaving the election
+//	     yet) or it is leaving the election; or no instance leads and, as far as the
+//	     store's registry shows, none can (every candidate has priority 0)
 //
 // and a small JSON body (none for HEAD):
 //
@@ -204,6 +205,12 @@ func (h *HealthHandler) report(e *elector.Election) (HealthReport, int) {
 	case leading:
 		r.Role, r.Detail = HealthRoleLeader, "this instance leads"
 		return r, h.LeaderStatus
+	case !t.LeaderKnown() && e.NobodyCanLead():
+		// Not a standby: there is nothing to stand by for, and a load balancer that kept
+		// sending traffic here would never see it served.
+		r.Role = HealthRoleUnhealthy
+		r.Detail = "no instance leads election " + t.Election + ", and none can: every candidate has priority 0"
+		return r, h.UnhealthyStatus
 	case e.Healthy():
 		status := h.StandbyStatus
 		if h.StandbyOK {

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
@@ -139,12 +141,15 @@ func TestHealthHandlerNoLeader(t *testing.T) {
 	never := memoryCandidate(t, store, "never", elector.NeverLead)
 	h := newHealth(t, HealthHandler{}, never)
 	waitUntil(t, "the lone priority-0 candidate is healthy", never.Healthy)
+	// Once its registry lists it, no candidate can ever lead: it is no standby, and a load
+	// balancer must not keep sending it traffic as a 429 would have it do.
+	waitUntil(t, "the registry lists the lone priority-0 candidate", never.NobodyCanLead)
 	status, rep, body := askHealth(t, h, http.MethodGet)
-	if status != http.StatusTooManyRequests {
-		t.Errorf("status %d, want 429", status)
+	if status != http.StatusServiceUnavailable {
+		t.Errorf("status %d, want 503", status)
 	}
-	if rep.Leader != nil || rep.Token != 0 || !strings.Contains(rep.Detail, "no instance leads election default") {
-		t.Errorf("body %s: want leader null, token 0 and a detail saying that no instance leads", body)
+	if rep.Leader != nil || rep.Token != 0 || !strings.Contains(rep.Detail, "no instance leads election default, and none can: every candidate has priority 0") {
+		t.Errorf("body %s: want leader null, token 0 and a detail saying that no instance leads or can", body)
 	}
 	if !strings.Contains(body, `"leader":null`) {
 		t.Errorf("body %s: want \"leader\":null", body)
@@ -155,5 +160,21 @@ func TestHealthHandlerValidate(t *testing.T) {
 	h := HealthHandler{LeaderStatus: 200, StandbyStatus: 99, UnhealthyStatus: 503}
 	if err := h.Validate(); err == nil || !strings.Contains(err.Error(), "standby_status") {
 		t.Errorf("Validate() = %v, want an error naming standby_status", err)
+	}
+}
+
+// TestNobodyCanLeadIsLogged: a fleet whose every instance has priority 0 never leads; the
+// instance says so at a warning when its registry shows it, once.
+func TestNobodyCanLeadIsLogged(t *testing.T) {
+	store := electortest.NewStore()
+	core, logs := observer.New(zap.WarnLevel)
+	_, es := fleet.StartCandidate(t, elector.Config{
+		ID: "never", URL: "http://never.test", TTL: 3 * time.Second, DrainTimeout: time.Second,
+		Priority: elector.NeverLead, Backend: store.Client(), Logger: zap.New(core),
+	}, DefaultElection)
+	waitUntil(t, "the registry lists the lone priority-0 candidate", es[0].NobodyCanLead)
+	warned := logs.FilterMessageSnippet("no candidate of this election can lead").FilterField(zap.String("election", DefaultElection))
+	if warned.Len() != 1 {
+		t.Fatalf("%d warnings that nobody can lead, want 1; logs: %v", warned.Len(), logs.All())
 	}
 }

@@ -354,6 +354,9 @@ func (a *App) check() error {
 		if err := checkElectionName(name); err != nil {
 			return fmt.Errorf("elections: %v", err)
 		}
+		if err := a.checkNotShard(name); err != nil {
+			return fmt.Errorf("elections: %v", err)
+		}
 	}
 	if a.Priority != nil && *a.Priority < 0 {
 		return fmt.Errorf("priority: %d is negative (0 never campaigns)", *a.Priority)
@@ -460,6 +463,19 @@ func checkElectionName(name string) error {
 	return nil
 }
 
+// checkNotShard refuses a plain election named as one of the app's shard sets or as one of
+// its shards (`<set>.<n>`): the latter would silently be that shard, and either would
+// report its metrics under the set's label, which makes /metrics fail for the whole
+// instance.
+func (a *App) checkNotShard(name string) error {
+	set, _, _ := strings.Cut(name, ".")
+	if cfg, ok := a.ShardSets[set]; ok && cfg != nil {
+		return fmt.Errorf("election name %q clashes with shard set %q, whose shards are the elections %s to %s: rename the election or the set",
+			name, set, shardElection(set, 0), shardElection(set, cfg.Shards-1))
+	}
+	return nil
+}
+
 // election returns the named election and makes this config one of its users.
 func (a *App) election(name string) *elector.Election {
 	if e, ok := a.elections[name]; ok {
@@ -476,8 +492,17 @@ func (a *App) election(name string) *elector.Election {
 // It returns at once; an unreachable etcd only delays leadership (gated routes fail closed).
 func (a *App) Start() error {
 	a.candidate.Start()
+	inSet := make(map[*elector.Election]bool)
+	for _, set := range a.shardSets {
+		for _, e := range set.elections {
+			inSet[e] = true
+		}
+		go a.startShardSet(set)
+	}
 	for _, e := range a.elections {
-		e.Start()
+		if !inSet[e] {
+			e.Start()
+		}
 	}
 	if a.StepDown != nil {
 		go a.watchHealth(a.ctx)
@@ -585,6 +610,9 @@ func joinElection(ctx caddy.Context, module string, name *string) (*App, *electo
 	app, err := appFrom(ctx, module)
 	if err != nil {
 		return nil, nil, err
+	}
+	if err := app.checkNotShard(*name); err != nil {
+		return nil, nil, fmt.Errorf("%s: election: %v", module, err)
 	}
 	return app, app.election(*name), nil
 }

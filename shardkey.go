@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -37,6 +38,9 @@ func parseShardKey(raw string) (shardKey, error) {
 	if !strings.Contains(raw, "{") {
 		return shardKey{}, fmt.Errorf("key %q has no placeholder: every request would fall into one shard; use one such as {http.request.header.X-Tenant} or {http.request.uri.path.1}", raw)
 	}
+	if err := checkKeyPlaceholders(raw); err != nil {
+		return shardKey{}, err
+	}
 	k := shardKey{raw: raw}
 	name, ok := strings.CutPrefix(raw, "{")
 	if !ok || !strings.HasSuffix(name, "}") || strings.ContainsAny(name[:len(name)-1], "{}") {
@@ -56,6 +60,62 @@ func parseShardKey(raw string) (shardKey, error) {
 		k.kind, k.name = keyQuery, strings.TrimPrefix(name, "http.request.uri.query.")
 	}
 	return k, nil
+}
+
+// keyNamespaces are the placeholder namespaces that resolve while a request is routed:
+// Caddy's HTTP replacer's, the variables and matches that handlers and matchers set before
+// the gate, and Caddy's global ones. Any other expands to nothing (or to itself), and then
+// every request falls into one shard.
+var keyNamespaces = []string{
+	"http.request.", "http.vars.", "http.auth.", "http.regexp.", "http.matchers.", "http.error.",
+	"env.", "system.", "time.",
+}
+
+// requestPlaceholders are the first names under http.request. that Caddy's HTTP replacer
+// knows, so that a misspelt one (`{http.request.heders.X}`) is refused as well.
+var requestPlaceholders = []string{
+	"body", "body_base64", "client_ip", "cookie", "duration", "duration_ms", "header", "host", "hostport",
+	"local", "method", "orig_method", "orig_uri", "port", "proto", "proto_name", "remote",
+	"scheme", "tls", "uri", "uri_escaped", "uuid",
+}
+
+// checkKeyPlaceholders refuses a key whose braces do not pair up or one of whose
+// placeholders no replacer resolves for a request: either would put every request in one
+// shard without a word.
+func checkKeyPlaceholders(raw string) error {
+	for i := 0; i < len(raw); i++ {
+		switch raw[i] {
+		case '\\':
+			i++ // an escaped brace is text
+		case '}':
+			return fmt.Errorf("key %q has a `}` that closes no placeholder", raw)
+		case '{':
+			end := strings.IndexAny(raw[i+1:], "{}")
+			if end < 0 || raw[i+1+end] == '{' {
+				return fmt.Errorf("key %q has a `{` that is not closed: write each placeholder as {name}", raw)
+			}
+			if name := raw[i+1 : i+1+end]; !knownKeyPlaceholder(name) {
+				return fmt.Errorf("key %q: placeholder {%s} is not one that resolves for a request (such as {http.request.header.<name>}, {http.request.uri.path.<n>}, {http.request.uri.query.<name>}, {http.vars.<name>} or {env.<name>}), so every request would fall into one shard", raw, name)
+			}
+			i += end + 1
+		}
+	}
+	return nil
+}
+
+// knownKeyPlaceholder reports whether the placeholder name is in a namespace that
+// resolves for a request.
+func knownKeyPlaceholder(name string) bool {
+	if sub, ok := strings.CutPrefix(name, "http.request."); ok {
+		first, _, _ := strings.Cut(sub, ".")
+		return slices.Contains(requestPlaceholders, first)
+	}
+	for _, ns := range keyNamespaces {
+		if strings.HasPrefix(name, ns) && len(name) > len(ns) {
+			return true
+		}
+	}
+	return false
 }
 
 // of returns r's key, as Caddy's replacer would expand raw for r.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.uber.org/zap"
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/internal/termconn"
@@ -108,6 +109,43 @@ func (a *App) shardSet(name string) (*shardSet, error) {
 	a.shardSets[name] = set
 	shardSetsInUse.Store(name, cfg.Shards)
 	return set, nil
+}
+
+// startShardSet starts the elections of set once the store shows that this instance's count
+// is the fleet's (see elector.Candidate.FleetShardCount). An instance with another count
+// never campaigns in the set: its gates, matchers and upstreams know no owner of any shard,
+// so it admits and forwards none of the set's requests, and it says why.
+func (a *App) startShardSet(set *shardSet) {
+	own := len(set.elections)
+	fleet, err := a.candidate.RetryFleetShardCount(a.ctx, set.name, own)
+	if err != nil {
+		return // this config was replaced or stopped before the store answered
+	}
+	if fleet != own {
+		shardCountProblems.Store(set.name, fmt.Sprintf("this instance has %d shards in set %q but the fleet has %d (the count published in the store): it owns, admits and routes none of the set's keys; configure `shards %s %d` (docs/shards.md tells how to change a set's count)",
+			own, set.name, fleet, set.name, fleet))
+		a.logger.Error("this instance's shard count differs from the fleet's: a key would hash to another shard than on the rest of the fleet, so this instance stays out of the set: it owns, admits and routes none of its keys",
+			zap.String("set", set.name), zap.Int("shards", own), zap.Int("fleet_shards", fleet))
+		return
+	}
+	shardCountProblems.Delete(set.name)
+	if a.ctx.Err() != nil {
+		return // replaced meanwhile: the new config starts what it keeps
+	}
+	for _, e := range set.elections {
+		e.Start()
+	}
+}
+
+// shardCountProblems maps the name of every shard set whose count in this process differs
+// from the fleet's to a sentence that says so, for the admin API and `caddy leader status`.
+var shardCountProblems sync.Map
+
+// shardCountProblem is the problem with set's count, if any.
+func shardCountProblem(set string) string {
+	p, _ := shardCountProblems.Load(set)
+	s, _ := p.(string)
+	return s
 }
 
 // unmarshalShardSet parses, in the leader global option,

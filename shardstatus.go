@@ -45,11 +45,18 @@ func runningShardSets() map[string]map[int]*elector.Election {
 	return sets
 }
 
+// shardSetStatus is set's status as this process has it, with what is wrong with its count.
+func shardSetStatus(ctx context.Context, set string, elections map[int]*elector.Election, detail bool, now time.Time) ShardSetStatus {
+	st := electionstatus.ShardSetOf(ctx, set, shardCount(set), elections, detail, now)
+	st.Problem = shardCountProblem(set)
+	return st
+}
+
 // listShardSets summarises every shard set of this process, by name.
 func listShardSets(ctx context.Context, now time.Time) []ShardSetStatus {
 	list := []ShardSetStatus{}
 	for set, elections := range runningShardSets() {
-		list = append(list, electionstatus.ShardSetOf(ctx, set, shardCount(set), elections, false, now))
+		list = append(list, shardSetStatus(ctx, set, elections, false, now))
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Set < list[j].Set })
 	return list
@@ -67,7 +74,7 @@ func serveShards(w http.ResponseWriter, r *http.Request, rest string) error {
 	switch {
 	case action == "" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Type", "application/json")
-		return json.NewEncoder(w).Encode(electionstatus.ShardSetOf(r.Context(), set, shardCount(set), elections, true, time.Now()))
+		return json.NewEncoder(w).Encode(shardSetStatus(r.Context(), set, elections, true, time.Now()))
 	case action == "resign" && r.Method == http.MethodPost:
 		return resignShards(w, r, set, elections)
 	case action == "" || action == "resign":

@@ -28,6 +28,9 @@ type ShardSet struct {
 	// Candidates lists the set's live candidates, with how many shards each should own
 	// (its preferred share).
 	Candidates []ShardCandidate `json:"candidates"`
+	// Problem says why this instance stays out of the set, when it does: its count
+	// differs from the fleet's. Empty otherwise.
+	Problem string `json:"problem,omitempty"`
 	// List is every shard, in order (GET /leader/shards/<set> only).
 	List []Shard `json:"shard_list,omitempty"`
 }

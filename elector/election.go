@@ -87,6 +87,9 @@ type Election struct {
 	ttlMismatch sync.Map
 	// registry is the view of the election's candidates (see registry.go).
 	registry registryView
+	// leaderless is set while the view lists candidates none of which can lead, once
+	// that has been logged.
+	leaderless atomic.Bool
 	// placement is the election's own ranking of the candidates, if it has one
 	// (placement.go).
 	placement atomic.Pointer[placement]

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Every election keeps a view of the store's registry of its candidates, fed by the
@@ -66,12 +68,39 @@ func (e *Election) followRegistry(ctx context.Context) {
 			retry.reset()
 			list := decodeCandidates(change.Candidates)
 			e.noteTTLs(list)
+			e.noteLeaderless(list)
 			e.registry.set(list, true)
 		}
 		e.registry.set(nil, false)
 		if !retry.wait(ctx) {
 			return
 		}
+	}
+}
+
+// NobodyCanLead reports whether this instance's view of the registry is live and lists
+// candidates none of which can ever lead (every one has priority 0): no term begins until
+// one that can joins. It reads no store.
+func (e *Election) NobodyCanLead() bool {
+	list, live := e.registry.get()
+	return live && noneCanLead(list)
+}
+
+func noneCanLead(list []CandidateInfo) bool {
+	return len(list) > 0 && !slices.ContainsFunc(list, func(c CandidateInfo) bool { return c.Priority > 0 })
+}
+
+// noteLeaderless warns, once each time it becomes so, that the registry lists no candidate
+// able to lead: a fleet configured with priority 0 everywhere would otherwise stand by
+// forever without a word.
+func (e *Election) noteLeaderless(list []CandidateInfo) {
+	if !noneCanLead(list) {
+		e.leaderless.Store(false)
+		return
+	}
+	if !e.leaderless.Swap(true) {
+		e.c.log().Warn("no candidate of this election can lead: every one has priority 0, so nobody will lead until an instance with a priority above 0 joins",
+			zap.String("election", e.name), zap.Int("candidates", len(list)))
 	}
 }
 

@@ -1,22 +1,60 @@
 package statuspage
 
 import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 func init() {
-	httpcaddyfile.RegisterHandlerDirective("leader_status", parseHandler)
+	httpcaddyfile.RegisterDirective("leader_status", parseDirective)
 	// A responder, ordered as metrics is: after basic_auth and forward_auth, so that the
 	// authentication in front of it runs first.
 	httpcaddyfile.RegisterDirectiveOrder("leader_status", httpcaddyfile.After, "metrics")
 }
 
-func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+// parseDirective is what RegisterHandlerDirective would do, plus one route: a page mounted
+// under a directory (`leader_status /leader-status/*`, or `/leader-status/`) redirects the
+// directory's bare path to it, as a user expects, where Caddy would otherwise answer an
+// empty 200.
+func parseDirective(h httpcaddyfile.Helper) ([]httpcaddyfile.ConfigValue, error) {
+	if !h.Next() {
+		return nil, h.ArgErr()
+	}
+	matcherSet, err := h.ExtractMatcherSet()
+	if err != nil {
+		return nil, err
+	}
 	var s Handler
-	err := s.UnmarshalCaddyfile(h.Dispenser)
-	return &s, err
+	if err := s.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	routes := h.NewRoute(matcherSet, &s)
+	if dir, ok := mountDir(matcherSet); ok {
+		redirect := &caddyhttp.StaticResponse{StatusCode: caddyhttp.WeakString(strconv.Itoa(http.StatusPermanentRedirect)),
+			Headers: http.Header{"Location": {dir + "/"}}}
+		bare := caddy.ModuleMap{"path": caddyconfig.JSON([]string{dir}, nil)}
+		routes = append(routes, h.NewRoute(bare, redirect)...)
+	}
+	return routes, nil
+}
+
+// mountDir is the directory a matcher set of one path mounts the page under (`/x` for
+// `/x/` or `/x/*`).
+func mountDir(set caddy.ModuleMap) (string, bool) {
+	var paths []string
+	if len(set) != 1 || json.Unmarshal(set["path"], &paths) != nil || len(paths) != 1 {
+		return "", false
+	}
+	dir, ok := strings.CutSuffix(strings.TrimSuffix(paths[0], "*"), "/")
+	return dir, ok && dir != "" && !strings.ContainsAny(dir, "*")
 }
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:

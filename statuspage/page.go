@@ -252,6 +252,7 @@ type view struct {
 	Self      string
 	Elections []electionView
 	ShardSets []electionstatus.ShardSet
+	Unknown   []string
 }
 
 type electionView struct {
@@ -288,7 +289,7 @@ type termRow struct {
 
 func (p *page) view(s Snapshot) view {
 	v := view{Title: p.title, Admin: p.admin, AdminLink: p.adminLink, At: s.At.UTC().Format("2006-01-02 15:04:05 UTC"), Refresh: noScriptRefresh,
-		ShardSets: s.ShardSets}
+		ShardSets: s.ShardSets, Unknown: s.Unknown}
 	for _, el := range s.Elections {
 		v.Self = el.Self
 		ev := electionView{Election: el, Name: el.Election.Election}

@@ -167,3 +167,34 @@ func TestKeptHistory(t *testing.T) {
 		})
 	}
 }
+
+// noElections is a leader app that runs no election.
+type noElections struct{}
+
+func (noElections) RunningElections() map[string]*elector.Election { return nil }
+
+// TestPageNamesAnUnknownElection: a page limited to an election this instance does not run
+// names that election, rather than asking whether the leader app is configured (it is).
+func TestPageNamesAnUnknownElection(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		only    []string
+		want    string
+		wantNot string
+	}{
+		{name: "limited_to_an_unknown_name", only: []string{"nosuch"},
+			want: "no election or shard set named <q>nosuch</q>", wantNot: "is the leader app configured"},
+		{name: "not_limited", want: "is the leader app configured", wantNot: "named <q>"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := page{title: "Fleet", only: c.only}
+			var b bytes.Buffer
+			if err := pageTemplate.ExecuteTemplate(&b, "page", p.view(take(t.Context(), noElections{}, c.only, new(keptHistory)))); err != nil {
+				t.Fatal(err)
+			}
+			if html := b.String(); !strings.Contains(html, c.want) || strings.Contains(html, c.wantNot) {
+				t.Errorf("the page should say %q and not %q:\n%s", c.want, c.wantNot, html)
+			}
+		})
+	}
+}

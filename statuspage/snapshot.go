@@ -3,6 +3,7 @@ package statuspage
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -21,6 +22,9 @@ type Snapshot struct {
 	// ShardSets are this instance's shard sets, each summed over its shards (its shards'
 	// elections are not among Elections), sorted by name.
 	ShardSets []electionstatus.ShardSet `json:"shard_sets,omitempty"`
+	// Unknown are the names the page is limited to (its elections option) that are
+	// neither an election nor a shard set of this instance, sorted.
+	Unknown []string `json:"unknown,omitempty"`
 }
 
 // Election is one election of a Snapshot: GET /leader/'s report of it, its history and
@@ -93,6 +97,13 @@ func take(ctx context.Context, src electionSource, only []string, kept *keptHist
 			}
 		}
 	}
+	for _, name := range only {
+		known := running[name] != nil || slices.ContainsFunc(snap.ShardSets, func(s electionstatus.ShardSet) bool { return s.Set == name })
+		if !known && !slices.Contains(snap.Unknown, name) {
+			snap.Unknown = append(snap.Unknown, name)
+		}
+	}
+	slices.Sort(snap.Unknown)
 	snap.At = time.Now()
 	for i := range snap.Elections {
 		snap.Elections[i].StoreProblem = storeProblem(snap.Elections[i], snap.At)
