@@ -83,16 +83,7 @@ func TestShardCountMismatchStaysOut(t *testing.T) {
 
 	logFile := filepath.Join(t.TempDir(), "errors.log")
 	port := freeport.MustPick(t, 1)[0]
-	config := fmt.Sprintf(`{
-		"admin": {"disabled": true},
-		"logging": {"logs": {"default": {"level": "ERROR", "writer": {"output": "file", "filename": %q}}}},
-		"apps": {
-			"leader": {"endpoints": [%q], "prefix": %q, "ttl": "2s", "instance_id": "joined",
-				"advertise": "http://127.0.0.1:%d", "shard_sets": {"rooms": {"shards": 2}}},
-			"http": {"servers": {"s": {"listen": ["127.0.0.1:%d"], "automatic_https": {"disable": true}, "routes": [
-				{"handle": [{"handler": "leader_gate", "shard_set": "rooms", "shard_key": "{http.request.uri.path.1}", "hold": 0},
-					{"handler": "static_response", "body": "admitted"}]}]}}}
-		}}`, logFile, cluster.Endpoint(0), prefix, port, port)
+	config := shardCaddyConfig(logFile, cluster.Endpoint(0), prefix, "joined", port, 2)
 	if err := caddy.Load([]byte(config), true); err != nil {
 		t.Fatal(err)
 	}
@@ -131,5 +122,56 @@ func TestShardCountMismatchStaysOut(t *testing.T) {
 	}
 	if !fleetLeadsAll() {
 		t.Error("the fleet lost a shard when an instance of another count joined")
+	}
+}
+
+// shardCaddyConfig is the JSON config of a Caddy that logs its errors to logFile, runs
+// instance id in shard set rooms of count shards on etcd at endpoint under prefix, and
+// gates every request on port by its first path segment.
+func shardCaddyConfig(logFile, endpoint, prefix, id string, port, count int) string {
+	return fmt.Sprintf(`{
+		"admin": {"disabled": true},
+		"logging": {"logs": {"default": {"level": "ERROR", "writer": {"output": "file", "filename": %q}}}},
+		"apps": {
+			"leader": {"endpoints": [%q], "prefix": %q, "ttl": "2s", "instance_id": %q,
+				"advertise": "http://127.0.0.1:%d", "shard_sets": {"rooms": {"shards": %d}}},
+			"http": {"servers": {"s": {"listen": ["127.0.0.1:%d"], "automatic_https": {"disable": true}, "routes": [
+				{"handle": [{"handler": "leader_gate", "shard_set": "rooms", "shard_key": "{http.request.uri.path.1}", "hold": 0},
+					{"handler": "static_response", "body": "admitted"}]}]}}}
+		}}`, logFile, endpoint, prefix, id, port, count, port)
+}
+
+// TestShardCountCannotChangeWithAReload: a reload that changes the count of a set this
+// process runs is refused, and the running config keeps the set and its shards. Its
+// elections are shared with the new config, which would route keys by the new count
+// while they still own the shards placed by the old one.
+func TestShardCountCannotChangeWithAReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and Caddy")
+	}
+	cluster := etcdtest.Start(t, 1)
+	logFile := filepath.Join(t.TempDir(), "errors.log")
+	port := freeport.MustPick(t, 1)[0]
+	const prefix = "/shard-reload-test/"
+	if err := caddy.Load([]byte(shardCaddyConfig(logFile, cluster.Endpoint(0), prefix, "only", port, 4)), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	leadsAll := func() bool {
+		for _, e := range runningApp(t).shardSets["rooms"].elections {
+			if _, leading := e.Check(); !leading {
+				return false
+			}
+		}
+		return true
+	}
+	waitUntil(t, "the only instance owns its 4 shards", leadsAll)
+
+	err := caddy.Load([]byte(shardCaddyConfig(logFile, cluster.Endpoint(0), prefix, "only", port, 2)), true)
+	if err == nil || !strings.Contains(err.Error(), "shards: 2, but this process runs the set with 4") {
+		t.Fatalf("a reload from 4 shards to 2 = %v, want it refused naming both counts", err)
+	}
+	if n := len(runningApp(t).shardSets["rooms"].elections); n != 4 || !leadsAll() {
+		t.Fatalf("after the refused reload the running set has %d shards (leading all: %v), want its 4", n, leadsAll())
 	}
 }

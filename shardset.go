@@ -88,6 +88,13 @@ func (a *App) shardSet(name string) (*shardSet, error) {
 	if !ok {
 		return nil, fmt.Errorf("no shard set %q is configured in the leader app (add `shards %s <count>` to the global leader option)", name, name)
 	}
+	if running := a.runningShardCount(name); running != 0 && running != cfg.Shards {
+		// The running set's elections are shared with this config (one per name in the
+		// process), and would route keys by the new count while they still own shards
+		// placed by the old one: a key would get a second owner.
+		return nil, fmt.Errorf("shard_sets: %s: shards: %d, but this process runs the set with %d: a set's count cannot change with a reload (docs/shards.md: start a set under a new name, move the routes to it, then remove the old one)",
+			name, cfg.Shards, running)
+	}
 	moves := cfg.MaxMoves
 	if moves == 0 {
 		moves = DefaultMaxMoves
@@ -109,6 +116,22 @@ func (a *App) shardSet(name string) (*shardSet, error) {
 	a.shardSets[name] = set
 	shardSetsInUse.Store(name, cfg.Shards)
 	return set, nil
+}
+
+// runningShardCount is the count of set as the elections this process runs show it (one
+// more than the highest shard), 0 when it runs none of the set's shards.
+func (a *App) runningShardCount(set string) int {
+	count := 0
+	for _, e := range a.candidate.Elections() {
+		name := e.Name()
+		if !strings.HasPrefix(name, set+".") {
+			continue
+		}
+		if n, err := strconv.Atoi(name[len(set)+1:]); err == nil && n >= count {
+			count = n + 1
+		}
+	}
+	return count
 }
 
 // startShardSet starts the elections of set once the store shows that this instance's count
