@@ -91,6 +91,29 @@ func (f *placedFleet) holders() [][]string {
 	return out
 }
 
+// admittingTerm is a member's term that admitted when asked.
+type admittingTerm struct {
+	id    string
+	token int64
+	e     *elector.Election
+}
+
+// admitting returns, per shard, the members whose term admitted when asked, in the order
+// they were asked.
+func (f *placedFleet) admitting() [][]admittingTerm {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([][]admittingTerm, f.shards)
+	for id, list := range f.members {
+		for s, e := range list {
+			if t, ok := e.Check(); ok {
+				out[s] = append(out[s], admittingTerm{id: id, token: t.Token, e: e})
+			}
+		}
+	}
+	return out
+}
+
 // settledOn waits until every shard is led by its preferred owner among ids, and returns
 // each shard's token.
 func (f *placedFleet) settledOn(ids []string, within time.Duration) []int64 {
@@ -130,9 +153,17 @@ func (f *placedFleet) watch(stop <-chan struct{}) {
 			return
 		default:
 		}
-		for _, ids := range f.holders() {
-			if len(ids) > 1 {
+		for s, terms := range f.admitting() {
+			if len(terms) < 2 {
+				continue
+			}
+			// The members were asked one after the other: a handover between two asks
+			// shows both. The first one still admitting under the same term after the
+			// others were asked admitted all along, and so at the same time as they did.
+			first := terms[0]
+			if t, ok := first.e.Check(); ok && t.Token == first.token {
 				f.overlaps.Add(1)
+				f.t.Logf("shard %d: %s (token %d) and %s (token %d) admitted at once", s, first.id, first.token, terms[1].id, terms[1].token)
 			}
 		}
 		time.Sleep(time.Millisecond)
