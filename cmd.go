@@ -17,6 +17,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
+
+	"github.com/caddyleader/caddy-leader/elector"
 )
 
 func init() {
@@ -466,9 +468,15 @@ func printHistoryTable(out io.Writer, h HistoryStatus) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ELECTION\tTOKEN\tLEADER\tSTART\tEND\tDURATION\tENDED\tSUCCESSOR")
 	for _, p := range h.Terms {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Election, p.Token, p.Leader,
-			p.Start.UTC().Format(time.RFC3339), p.End.UTC().Format(time.RFC3339),
-			p.End.Sub(p.Start).Round(time.Second), p.Ended, p.Successor)
+		leader, start, lasted := p.Leader, elector.Unknown, elector.Unknown
+		if leader == "" {
+			leader = elector.Unknown
+		}
+		if d, ok := p.Lasted(); ok {
+			start, lasted = p.Start.UTC().Format(time.RFC3339), d.Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Election, p.Token, leader,
+			start, p.End.UTC().Format(time.RFC3339), lasted, p.Ended, p.Successor)
 	}
 	return tw.Flush()
 }

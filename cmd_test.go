@@ -361,6 +361,9 @@ func TestHistoryTable(t *testing.T) {
 		{Token: 9, Leader: "b", Start: start.Add(91 * time.Second), End: start.Add(time.Hour), Ended: elector.EndedCrashed, Successor: "a", SuccessorToken: 12},
 		{Token: 12, Leader: "a", Start: start.Add(time.Hour), End: start.Add(2 * time.Hour), Ended: elector.EndedTransferred, Successor: "c", SuccessorToken: 13},
 		{Token: 13, Leader: "c", Start: start.Add(2 * time.Hour), End: start.Add(3 * time.Hour), Ended: elector.EndedDeadlineMissed, Successor: "a", SuccessorToken: 15},
+		// A term its successor never saw (it started after its leader stopped): the store
+		// named only its token.
+		{Token: 15, End: start.Add(4 * time.Hour), Ended: elector.EndedHandedOver, Successor: "b", SuccessorToken: 16},
 	}}
 	var out bytes.Buffer
 	if err := printHistoryTable(&out, h); err != nil {
@@ -376,6 +379,7 @@ func TestHistoryTable(t *testing.T) {
 		"main 9 b 2026-01-02T03:05:36Z 2026-01-02T04:04:05Z 58m29s crashed a",
 		"main 12 a 2026-01-02T04:04:05Z 2026-01-02T05:04:05Z 1h0m0s transferred c",
 		"main 13 c 2026-01-02T05:04:05Z 2026-01-02T06:04:05Z 1h0m0s deadline missed a",
+		"main 15 unknown unknown 2026-01-02T07:04:05Z unknown handed over b",
 	}
 	if strings.Join(rows, "\n") != strings.Join(want, "\n") {
 		t.Errorf("table:\n%s\nwant:\n%s", out.String(), strings.Join(want, "\n"))

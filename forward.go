@@ -78,13 +78,11 @@ func (g *Gate) forward(w http.ResponseWriter, r *http.Request, next caddyhttp.Ha
 				return g.reject(w, http.StatusServiceUnavailable, rt.errNoLeader)
 			}
 			if t.Holds() {
-				if t, admitted := rt.election.Enter(); admitted {
+				if t, at, admitted := rt.election.EnterAt(); admitted {
 					// This instance won the next term: serve here, under this term's
 					// token, not the one the request was first seen with.
 					repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-					setTermPlaceholders(repl, t, rt.placeholders.shard, true)
-					g.counts.served.Inc()
-					return g.serveAdmitted(w, r, next, rt, t)
+					return g.serveHere(w, r, next, rt, repl, t, at, true)
 				}
 			}
 			// A try that did not go through may still be dialing in the background and

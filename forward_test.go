@@ -1,11 +1,13 @@
 package caddyleader
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -192,6 +194,67 @@ func TestForwardAsksAgainWhileTheLeaderSettles(t *testing.T) {
 				t.Errorf("%s = %q, want the follower's id", ForwardedByHeader, by)
 			}
 		})
+	}
+}
+
+// TestForwardServesHereOnceThisInstanceWins: a request the forward loop holds while the
+// leader steps down is served here once this instance wins, with the placeholders of that
+// admission: this term's token and, with admission_times, when and until when it admitted.
+func TestForwardServesHereOnceThisInstanceWins(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cluster := etcdtest.Start(t, 1)
+	const election = "wins-while-holding"
+	var leader *testInstance
+	var resign sync.Once
+	leaderSide := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The leader has just let go: it refuses, and hands over.
+		resign.Do(func() {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = leader.election.Resign(ctx, time.Hour)
+			}()
+		})
+		w.Header().Set(NotLeaderHeader, election)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(leaderSide.Close)
+
+	eps := cluster.Endpoints()
+	primeElection(t, eps, election)
+	leader = startInstanceAt(t, eps, "leader", leaderSide.URL, election, 3*time.Second, false)
+	waitUntil(t, "the leader leads", func() bool { _, ok := leader.election.Check(); return ok })
+	follower := startInstance(t, eps, "follower", election, 3*time.Second, false)
+	waitUntil(t, "the follower knows the leader", func() bool { return follower.election.Term().Leader.ID == "leader" })
+
+	hold := caddy.Duration(10 * time.Second)
+	g := newGate(t, Gate{Election: election, Follower: FollowerForward, Hold: &hold, AdmissionTimes: true}, follower.election)
+	if err := g.provisionForwarder(newLoadedContext(t), &App{InstanceID: "follower"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Cleanup() })
+
+	r, _ := gatedRequest(http.MethodPost, "/write")
+	w := httptest.NewRecorder()
+	next := &recordingNext{}
+	if err := g.ServeHTTP(w, r, next); err != nil || !next.ran {
+		t.Fatalf("served here: %v, error %v; want the follower, now leader, to serve it", next.ran, err)
+	}
+	term := follower.election.Term()
+	want := map[string]string{phIsLeader: "true", phID: "follower", phToken: fmt.Sprint(term.Token)}
+	for key, v := range want {
+		if next.placeholders[key] != v {
+			t.Errorf("{%s} = %q, want %q", key, next.placeholders[key], v)
+		}
+	}
+	admittedAt, err := time.Parse(time.RFC3339Nano, next.placeholders[phAdmittedAt])
+	if err != nil {
+		t.Errorf("{%s} = %q: %v", phAdmittedAt, next.placeholders[phAdmittedAt], err)
+	}
+	if deadline, err := time.Parse(time.RFC3339Nano, next.placeholders[phDeadline]); err != nil || !deadline.After(admittedAt) {
+		t.Errorf("{%s} = %q (%v), want a time after {%s}", phDeadline, next.placeholders[phDeadline], err, phAdmittedAt)
 	}
 }
 

@@ -377,14 +377,10 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		t, at, admitted = g.holdForLeader(r.Context(), rt)
 		g.counts.held.Observe(time.Since(start).Seconds())
 	}
-	if admitted && g.AdmissionTimes {
-		setAdmission(repl, t, at) // before the term's provider, which answers them empty
-	}
-	rt.placeholders.set(repl, t, admitted)
 	if admitted {
-		g.counts.served.Inc()
-		return g.serveAdmitted(w, r, next, rt, t)
+		return g.serveHere(w, r, next, rt, repl, t, at, false)
 	}
+	rt.placeholders.set(repl, t, false)
 	if hopped {
 		// The forwarding peer holds the request and may send it to the new leader; it
 		// asks this instance again soon unless this instance knows it will not lead soon.
@@ -410,6 +406,15 @@ func (g *Gate) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		g.counts.forwarded.Inc()
 		return g.forward(w, r, next, rt)
 	}
+}
+
+// serveHere serves a request admitted here under term t of rt's election at at, with that
+// admission's placeholders; later says an earlier decision set some already (see
+// setAdmitted).
+func (g *Gate) serveHere(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, rt *gateRoute, repl *caddy.Replacer, t *elector.Term, at time.Time, later bool) error {
+	rt.placeholders.setAdmitted(repl, t, at, g.AdmissionTimes, later)
+	g.counts.served.Inc()
+	return g.serveAdmitted(w, r, next, rt, t)
 }
 
 // serveAdmitted runs a request admitted under term t of rt's election.

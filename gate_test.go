@@ -437,13 +437,18 @@ func TestSetTermPlaceholdersOverridesEarlierValues(t *testing.T) {
 	_, repl := gatedRequest(http.MethodPost, "/")
 	// First seen on a follower (as a held request is), then served under a leader's term.
 	new(placeholderCache).set(repl, follower.election.Term(), false)
-	setTermPlaceholders(repl, leader.election.Term(), "", true)
+	at := time.Now()
+	new(placeholderCache).setAdmitted(repl, leader.election.Term(), at, true, true)
 	want := map[string]string{
 		phIsLeader: "true", phSelf: leader.id, phToken: fmt.Sprint(leader.election.Term().Token),
+		phAdmittedAt: at.UTC().Format(time.RFC3339Nano),
 	}
 	for key, v := range want {
 		if got, _ := repl.GetString(key); got != v {
 			t.Errorf("{%s} = %q, want %q", key, got, v)
 		}
+	}
+	if got, _ := repl.GetString(phDeadline); got == "" {
+		t.Errorf("{%s} is empty", phDeadline)
 	}
 }

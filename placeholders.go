@@ -93,8 +93,14 @@ func (c *placeholderCache) set(repl *caddy.Replacer, t *elector.Term, admitted b
 // admitted request (hence Gate.AdmissionTimes), and provides only these two keys: the
 // term's others come from set, which must be called after it.
 func setAdmission(repl *caddy.Replacer, t *elector.Term, now time.Time) {
+	repl.Map(admissionTimes(t, now))
+}
+
+// admissionTimes answers the admission placeholders of a request admitted under t at now
+// (see setAdmission), and no others.
+func admissionTimes(t *elector.Term, now time.Time) caddy.ReplacerFunc {
 	deadline := now.Add(t.Remaining(now))
-	repl.Map(func(key string) (any, bool) {
+	return func(key string) (any, bool) {
 		switch key {
 		case phAdmittedAt:
 			return now.UTC().Format(time.RFC3339Nano), true
@@ -102,21 +108,36 @@ func setAdmission(repl *caddy.Replacer, t *elector.Term, now time.Time) {
 			return deadline.UTC().Format(time.RFC3339Nano), true
 		}
 		return nil, false
-	})
+	}
 }
 
-// setTermPlaceholders makes the leader placeholders of repl answer for t and admitted,
-// taking precedence over any set earlier in the request (Caddy's replacer asks its
-// static values before providers added with Map). For the rare request whose term changes
-// while it is held: its token must be the term it is served under.
-func setTermPlaceholders(repl *caddy.Replacer, t *elector.Term, shard string, admitted bool) {
-	p := newTermPlaceholders(t, shard)
-	provider := p.refused
-	if admitted {
-		provider = p.admitted
+// setAdmitted makes the placeholders of repl answer for a request admitted here under term
+// t at now (the gate's own clock read), with the admission times if times. It is the one way
+// a gate sets them for a request it serves. later says the request already carries the
+// placeholders of an earlier decision (the forward loop held it, refused, until this
+// instance won a term): this decision's values must then take precedence, since Caddy's
+// replacer asks its static values before providers added with Map, and the provider
+// added first among those. Its token must be the term it is served under.
+func (c *placeholderCache) setAdmitted(repl *caddy.Replacer, t *elector.Term, now time.Time, times, later bool) {
+	if !later {
+		if times {
+			setAdmission(repl, t, now) // before the term's provider, which answers them empty
+		}
+		c.set(repl, t, true)
+		return
 	}
-	for _, key := range []string{phElection, phIsLeader, phSelf, phID, phURL, phToken, phShard} {
-		v, _ := provider(key)
+	answer := newTermPlaceholders(t, c.shard).admitted
+	if times {
+		term, admission := answer, admissionTimes(t, now)
+		answer = func(key string) (any, bool) {
+			if v, ok := admission(key); ok {
+				return v, true
+			}
+			return term(key)
+		}
+	}
+	for _, key := range []string{phElection, phIsLeader, phSelf, phID, phURL, phToken, phShard, phAdmittedAt, phDeadline} {
+		v, _ := answer(key)
 		repl.Set(key, v)
 	}
 }

@@ -60,11 +60,12 @@ type PastTerm struct {
 	Token int64 `json:"token"`
 	// Leader is the instance id of the term's leader; empty when the successor never saw
 	// the term (the store named it, as after every instance of a fleet was restarted).
-	Leader string `json:"leader"`
+	Leader string `json:"leader,omitempty"`
 	// URL is the leader's advertise URL.
 	URL string `json:"url,omitempty"`
-	// Start is when the term began, by its leader's clock.
-	Start time.Time `json:"start"`
+	// Start is when the term began, by its leader's clock; zero (and left out of the
+	// record) when the successor never saw the term, as Leader.
+	Start time.Time `json:"start,omitzero"`
 	// End is when its successor first saw it over, by the successor's clock.
 	End time.Time `json:"end"`
 	// Ended says how it ended: one of the Ended* values.
@@ -73,6 +74,18 @@ type PastTerm struct {
 	Successor string `json:"successor"`
 	// SuccessorToken is the fencing token of the next term.
 	SuccessorToken int64 `json:"successor_token"`
+}
+
+// Unknown is what a page or a table shows for a past term's leader, start or duration
+// that its record does not know (see PastTerm.Leader and Start).
+const Unknown = "unknown"
+
+// Lasted is how long the term lasted; false when its start is unknown.
+func (p PastTerm) Lasted() (time.Duration, bool) {
+	if p.Start.IsZero() || p.End.IsZero() {
+		return 0, false
+	}
+	return p.End.Sub(p.Start), true
 }
 
 // named is the term the store named as the one before this instance's newest term

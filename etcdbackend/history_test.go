@@ -2,6 +2,7 @@ package etcdbackend
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -86,4 +87,59 @@ func describeHistory(list []elector.PastTerm) string {
 		s += fmt.Sprintf("%d:%s:%s:%s@%d", p.Token, p.Leader, p.Ended, p.Successor, p.SuccessorToken)
 	}
 	return s
+}
+
+// TestHistoryOfATermItsSuccessorNeverSaw: the sole leader stops (SIGTERM: it hands over to
+// nobody), and an instance started after it wins. It never saw the term before its own;
+// etcd names only its token and how it ended. The record keeps just that: no leader and no
+// start, rather than an empty id and the zero time that pages showed as a start in year 1
+// and a term of 2562047h.
+func TestHistoryOfATermItsSuccessorNeverSaw(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	const ttl = time.Second
+	cluster := etcdtest.Start(t, 1)
+	o := fleetOptions{size: 1, ttl: ttl, election: "history-unseen"}
+	f := startFleet(t, cluster, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first, t1 := f.waitLeader(ttl + 5*time.Second)
+	if err := first.cand.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	later := startNode(t, cluster, "later", o)
+	var last elector.PastTerm
+	for deadline := time.Now().Add(10 * time.Second); last.Token != t1; time.Sleep(20 * time.Millisecond) {
+		list, err := later.election.History(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) > 0 {
+			last = list[len(list)-1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the history %+v does not record term %d", list, t1)
+		}
+	}
+	if last.Leader != "" || !last.Start.IsZero() || last.End.IsZero() || last.Ended != elector.EndedHandedOver || last.Successor != "later" {
+		t.Errorf("recorded %+v: want no leader, no start, an end, handed over, successor later", last)
+	}
+	raw, err := cluster.Client(t).Get(ctx, testPrefix+o.election+"/history")
+	if err != nil || len(raw.Kvs) != 1 {
+		t.Fatalf("reading the history key: %v (%d keys)", err, len(raw.Kvs))
+	}
+	var entries [][]byte
+	if err := json.Unmarshal(raw.Kvs[0].Value, &entries); err != nil {
+		t.Fatal(err)
+	}
+	var stored map[string]any
+	if err := json.Unmarshal(entries[len(entries)-1], &stored); err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{"leader", "start"} {
+		if v, ok := stored[field]; ok {
+			t.Errorf("the stored record says %s %q, which etcd never told its writer", field, v)
+		}
+	}
 }

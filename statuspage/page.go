@@ -331,9 +331,15 @@ func (p *page) view(s Snapshot) view {
 		ev.Timeline = newTimeline(el.History, current, s.At)
 		for i := len(el.History) - 1; i >= 0; i-- {
 			t := el.History[i]
-			row := termRow{PastTerm: t, StartText: t.Start.UTC().Format("15:04:05.0"), EndText: t.End.UTC().Format("15:04:05.0"),
-				Lasted: roundDuration(t.End.Sub(t.Start)).String()}
-			if i > 0 {
+			row := termRow{PastTerm: t, StartText: elector.Unknown, EndText: t.End.UTC().Format("15:04:05.0"), Lasted: elector.Unknown}
+			if row.Leader == "" {
+				row.Leader = elector.Unknown
+			}
+			lasted, known := t.Lasted()
+			if known {
+				row.StartText, row.Lasted = t.Start.UTC().Format("15:04:05.0"), roundDuration(lasted).String()
+			}
+			if i > 0 && known {
 				switch gap := t.Start.Sub(el.History[i-1].End); {
 				case gap >= 50*time.Millisecond:
 					row.GapBefore = roundDuration(gap).String()

@@ -198,3 +198,28 @@ func TestPageNamesAnUnknownElection(t *testing.T) {
 		})
 	}
 }
+
+func TestTermRows(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		name                         string
+		term                         elector.PastTerm
+		leader, start, lasted, ended string
+	}{
+		{name: "seen_term", term: elector.PastTerm{Token: 6, Leader: "c2", Start: at.Add(-3 * time.Minute), End: at.Add(-92 * time.Second)},
+			leader: "c2", start: "03:01:05.0", lasted: "1m28s", ended: "03:02:33.0"},
+		// Its successor started after its leader stopped: the store named only its token.
+		{name: "term_its_successor_never_saw_shows_unknown", term: elector.PastTerm{Token: 6, End: at.Add(-92 * time.Second)},
+			leader: "unknown", start: "unknown", lasted: "unknown", ended: "03:02:33.0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := snapshotOf(at, "")
+			s.Elections[0].History = []elector.PastTerm{c.term}
+			row := (&page{}).view(s).Elections[0].Terms[0]
+			if row.Leader != c.leader || row.StartText != c.start || row.Lasted != c.lasted || row.EndText != c.ended {
+				t.Errorf("row: leader %q, start %q, lasted %q, end %q; want %q, %q, %q, %q",
+					row.Leader, row.StartText, row.Lasted, row.EndText, c.leader, c.start, c.lasted, c.ended)
+			}
+		})
+	}
+}

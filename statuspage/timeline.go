@@ -77,6 +77,8 @@ type span struct {
 	start, end time.Time // end is zero for the current term
 	ended      string
 	successor  string
+	// startUnknown: the record does not say when the term began (start is then its end).
+	startUnknown bool
 }
 
 // newTimeline lays out the terms of history (oldest first, as the store keeps them) and
@@ -87,7 +89,15 @@ func newTimeline(history []elector.PastTerm, current elector.PastTerm, now time.
 	var spans []span
 	seen := make(map[int64]bool)
 	for _, p := range history {
-		spans = append(spans, span{token: p.Token, leader: p.Leader, url: p.URL, start: p.Start, end: p.End, ended: p.Ended, successor: p.Successor})
+		s := span{token: p.Token, leader: p.Leader, url: p.URL, start: p.Start, end: p.End, ended: p.Ended, successor: p.Successor}
+		if s.leader == "" {
+			s.leader = elector.Unknown
+		}
+		if _, known := p.Lasted(); !known {
+			// Drawn as its end alone: where it began is not known.
+			s.start, s.startUnknown = p.End, true
+		}
+		spans = append(spans, s)
 		seen[p.Token] = true
 	}
 	if current.Token != 0 && !seen[current.Token] {
@@ -153,6 +163,9 @@ func newTimeline(history []elector.PastTerm, current elector.PastTerm, now time.
 		}
 		next := now
 		if i+1 < len(spans) {
+			if spans[i+1].startUnknown {
+				continue // whether a gap came before it is not known either
+			}
 			next = spans[i+1].start
 		}
 		if gap := next.Sub(s.end); gap > 0 && next.After(from) {
@@ -216,6 +229,10 @@ func termTitle(s span, now time.Time) string {
 	}
 	if s.end.IsZero() {
 		return fmt.Sprintf("term %d: %s, leading since %s UTC (%s)", s.token, leader, s.start.UTC().Format("15:04:05"), roundDuration(now.Sub(s.start)))
+	}
+	if s.startUnknown {
+		return fmt.Sprintf("term %d: %s, start unknown, to %s UTC, %s; next: %s", s.token, leader,
+			s.end.UTC().Format("15:04:05"), s.ended, s.successor)
 	}
 	return fmt.Sprintf("term %d: %s, %s to %s UTC (%s), %s; next: %s", s.token, leader, s.start.UTC().Format("15:04:05"),
 		s.end.UTC().Format("15:04:05"), roundDuration(s.end.Sub(s.start)), s.ended, s.successor)

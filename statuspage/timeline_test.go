@@ -21,7 +21,8 @@ func TestTimeline(t *testing.T) {
 		lanes      []string
 		classes    []string
 		gaps       int
-		lastGapEnd bool // the last gap reaches now: no leader at present
+		lastGapEnd bool   // the last gap reaches now: no leader at present
+		firstTitle string // the first bar's tooltip, when set
 	}{
 		{name: "first_term_only", current: elector.PastTerm{Token: 1, Leader: "a", Start: ago(10 * time.Second)},
 			lanes: []string{"a"}, classes: []string{"term-current"}},
@@ -55,6 +56,11 @@ func TestTimeline(t *testing.T) {
 			history: []elector.PastTerm{past(1, "a", 30*time.Second, 10*time.Second, elector.EndedHandedOver)},
 			current: elector.PastTerm{Token: 2, Leader: "b", Start: ago(11 * time.Second)},
 			lanes:   []string{"a", "b"}, classes: []string{"term-handover", "term-current"}},
+		{name: "term_never_seen_by_its_successor_is_drawn_at_its_end_under_an_unknown_leader",
+			history: []elector.PastTerm{{Token: 4, End: ago(20 * time.Second), Ended: elector.EndedHandedOver, Successor: "b"}},
+			current: elector.PastTerm{Token: 5, Leader: "b", Start: ago(19 * time.Second)},
+			lanes:   []string{"unknown", "b"}, classes: []string{"term-handover", "term-current"}, gaps: 1,
+			firstTitle: "term 4: unknown, start unknown, to 03:03:45 UTC, handed over; next: b"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tl := newTimeline(c.history, c.current, now)
@@ -67,6 +73,9 @@ func TestTimeline(t *testing.T) {
 				if b.X < tl.PlotLeft || b.X+b.W > tl.Width {
 					t.Errorf("term %d: bar %.1f+%.1f outside the plot [%.1f, %.1f]", b.Token, b.X, b.W, tl.PlotLeft, tl.Width)
 				}
+			}
+			if c.firstTitle != "" && tl.Terms[0].Title != c.firstTitle {
+				t.Errorf("first bar's title = %q, want %q", tl.Terms[0].Title, c.firstTitle)
 			}
 			if !slices.Equal(lanes, c.lanes) {
 				t.Errorf("lanes = %q, want %q", lanes, c.lanes)
