@@ -2,8 +2,11 @@ package electortest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
@@ -109,4 +112,83 @@ func TestHandoversUseTheRegistryView(t *testing.T) {
 		c.SetDown(nil)
 		awaitViews(t, f)
 	})
+}
+
+// registryAtRelease is a store client that reads the election's registry as each Release
+// is sent: what a candidate that sees the vacancy at once and counts whom to yield to reads.
+type registryAtRelease struct {
+	*electortest.Client
+	mu   sync.Mutex
+	seen []elector.CandidateEntry
+}
+
+func (r *registryAtRelease) Release(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
+	list, err := r.Client.Candidates(ctx, election)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.seen = list
+	r.mu.Unlock()
+	return r.Client.Release(ctx, election, token, lease, why)
+}
+
+// TestRegistryStandsOutBeforeTheKeyGoes: a leader that resigns with a hold-off, or leaves,
+// is listed as out of the election by the time its key is vacant. Announced after the
+// release, candidates that read the registry at slightly different moments counted it
+// differently when they yielded to higher priorities (the etcd TestPriority flake: a
+// candidate of priority 1 campaigned as early as one of priority 2). A transfer's release
+// needs no such announcement: its target does not yield.
+func TestRegistryStandsOutBeforeTheKeyGoes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		resign  func(e *elector.Election) error
+		healthy bool
+	}{
+		{"resign_with_hold_off", func(e *elector.Election) error { return e.Resign(context.Background(), time.Minute) }, false},
+		{"resign_without_hold_off", func(e *elector.Election) error { return e.Resign(context.Background(), 0) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := electortest.NewStore()
+			var rs []*registryAtRelease
+			f := electortest.StartFleet(t, electortest.FleetOptions{
+				Size: 2,
+				TTL:  ttl,
+				Backend: func(testing.TB, int) elector.Backend {
+					r := &registryAtRelease{Client: s.Client()}
+					rs = append(rs, r)
+					return r
+				},
+				Now: s.Now,
+			})
+			keepTime(t, s)
+			leader, _ := f.Leader(within)
+			if err := tc.resign(leader.Election); err != nil {
+				t.Fatal(err)
+			}
+			var r *registryAtRelease
+			for i, m := range f.Members {
+				if m == leader {
+					r = rs[i]
+				}
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, en := range r.seen {
+				var info elector.CandidateInfo
+				if err := json.Unmarshal(en.Value, &info); err != nil {
+					t.Fatal(err)
+				}
+				if en.ID == leader.ID && info.Healthy != tc.healthy {
+					t.Fatalf("as its key went, the registry listed %s with healthy %v, want %v", leader.ID, info.Healthy, tc.healthy)
+				}
+				if en.ID == leader.ID {
+					return
+				}
+			}
+			t.Fatalf("as its key went, the registry did not list %s: %+v", leader.ID, r.seen)
+		})
+	}
 }
