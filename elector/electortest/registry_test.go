@@ -12,6 +12,17 @@ import (
 	"github.com/caddyleader/caddy-leader/elector/electortest"
 )
 
+// otherTwo is the two members of a fleet of three other than m, in the fleet's order.
+func otherTwo(f *electortest.Fleet, m *electortest.Member) (*electortest.Member, *electortest.Member) {
+	var others []*electortest.Member
+	for _, x := range f.Members {
+		if x != m {
+			others = append(others, x)
+		}
+	}
+	return others[0], others[1]
+}
+
 // registryReads is how many times the members of f read the candidate registry so far.
 func registryReads(f *electortest.Fleet) int64 {
 	var n int64
@@ -57,16 +68,7 @@ func TestHandoversUseTheRegistryView(t *testing.T) {
 		t.Parallel()
 		f := viewingFleet(t, 3)
 		leader, token := f.Leader(within)
-		var asker, target *electortest.Member
-		for _, m := range f.Members {
-			switch {
-			case m == leader:
-			case asker == nil:
-				asker = m
-			default:
-				target = m
-			}
-		}
+		asker, target := otherTwo(f, leader)
 		before := registryReads(f)
 		if err := asker.Election.Transfer(context.Background(), target.ID, within); err != nil {
 			t.Fatal(err)
@@ -189,6 +191,50 @@ func TestRegistryStandsOutBeforeTheKeyGoes(t *testing.T) {
 				}
 			}
 			t.Fatalf("as its key went, the registry did not list %s: %+v", leader.ID, r.seen)
+		})
+	}
+}
+
+// TestYieldOutlastsAStoreFailure: a candidate whose view lists a higher priority still
+// yields to it when a store request of its yield fails: the read of the registry (it then
+// counts from its view) or the watch of the key (it waits the whole wait). It campaigned
+// at once, and won the vacancy from the higher one, whose link is slower.
+func TestYieldOutlastsAStoreFailure(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, op string }{
+		{"registry_read_fails", "Candidates"},
+		{"watch_of_the_key_breaks", "Watch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, s := fakeFleet(t, 3)
+			keepTime(t, s)
+			leader, _ := f.Leader(within)
+			high, low := otherTwo(f, leader)
+			high.Candidate.SetPriority(3, false)
+			low.Candidate.SetPriority(2, false)
+			f.Await("low's view lists high's priority", within, func() bool {
+				list, err := low.Election.KnownCandidates(context.Background())
+				if err != nil {
+					return false
+				}
+				for _, c := range list {
+					if c.ID == high.ID {
+						return c.Priority == 3 && c.Healthy
+					}
+				}
+				return false
+			})
+			// low watches the key already: the next watch it starts is its yield's.
+			client(f, low).Fail(tc.op, 1, errors.New("injected: request lost"))
+			client(f, high).SetDelay(ttl / 20) // a step is ttl/4: high still comes first
+			if err := leader.Election.Resign(context.Background(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			f.Await("a new leader", within, func() bool { return low.Election.Term().Holds() || high.Election.Term().Holds() })
+			if low.Election.Term().Holds() {
+				t.Fatalf("%s (priority 2) took the vacancy from %s (priority 3) after its %s failed", low.ID, high.ID, tc.op)
+			}
 		})
 	}
 }
