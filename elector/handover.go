@@ -109,6 +109,7 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 		}
 	}
 	why := e.endingOf(t.Token)
+	e.announceStandingOut(ctx, t.lease, why)
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token, t.lease.id, why)
 	cancel()
@@ -126,6 +127,24 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	}
 	e.mu.Unlock()
 	return nil
+}
+
+// announceStandingOut tells the registry, before a release, that this candidate stays out
+// of the election after it (a hold-off, or leaving). Every candidate that counts whom to
+// yield to once it sees the vacancy (yieldToHigher) then reads the same registry. Left to
+// the campaign loop, which announces after the release, it raced the other candidates'
+// reads: one that read first waited a step for this candidate, one that read later did
+// not, and a candidate of lower priority could campaign as early as one of higher. The
+// target of a transfer does not yield, so a transfer skips the round trip. Best effort:
+// the campaign loop announces again either way.
+func (e *Election) announceStandingOut(ctx context.Context, l *lease, why string) {
+	info := e.info()
+	if info.Healthy || why == EndedTransferred {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	_ = e.c.cfg.Backend.Announce(rctx, e.name, e.c.cfg.ID, info.encode(), l.id)
 }
 
 // resignedReasonLocked is why a handover let go of the key: resigned or transferred.

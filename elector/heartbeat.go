@@ -66,10 +66,27 @@ func (e *Election) keepBeating(t *Term) {
 		case err != nil:
 			e.c.storeFailed("heartbeat", err) // tried again with the next renewal
 		case !ok:
-			return // the key is no longer this term's: the watch tells the loop
+			e.keyGone(t)
+			return
 		}
 		failed = err != nil
 	}
+}
+
+// keyGone ends this instance's term t when a heartbeat found its key no longer t's (an
+// operator deleted it, or its lease was revoked). The watch would say so too, but it may
+// lag or have lost the event on a loaded host, and until then the term would go on
+// admitting for up to a beatWindow; the store's answer is proof enough to stop. The
+// campaign loop is asked to read the key again rather than wait for its watch. A term
+// whose own handover deleted the key ends there instead.
+func (e *Election) keyGone(t *Term) {
+	e.mu.Lock()
+	if cur := e.term.Load(); cur.lease == t.lease && cur.Token == t.Token && e.handing != t.Token {
+		e.publishLocked(Record{}, 0, nil, "key deleted")
+		e.acknowledgeEnd(t, endedUnasked(t, e.c.now())) // if the store takes it, the successor need not wait
+	}
+	e.mu.Unlock()
+	e.kick()
 }
 
 // heartbeatLost ends this instance's term t once its heartbeat deadline has passed: it

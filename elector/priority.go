@@ -71,23 +71,29 @@ func priorityStep(ttl time.Duration) time.Duration {
 // of higher priority than this one and the key is vacant, it waits a step for each of them,
 // and returns false so that the campaign goes ahead (one of them most likely holds the key by
 // then, and the campaign only reads it). It returns an observation and true when it found the
-// key held: no campaign is needed. Any store error lets the campaign go ahead at once.
+// key held: no campaign is needed. A store request that fails does not end the yield: a
+// failed read of the registry counts from the view, a failed read or watch of the key
+// waits the whole wait. Only a candidate with neither a view nor a registry read
+// campaigns at once, having nobody to count.
 //
 // The election's view of the registry answers whether anyone ranks higher, without a store
 // request. One that does yield reads the registry to count, as it waits a step anyway:
 // every candidate then counts the registry as the store has it after the vacancy, not in
-// views that each may lag it differently (the leader that has just resigned announces
-// itself unhealthy at that very moment).
+// views that each may lag it differently (a leader that stays out after its release says
+// so before it: announceStandingOut).
 func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	skip := e.lastHolderOfPlaced()
 	list, err := e.KnownCandidates(ctx)
-	if err != nil || e.higher(list, skip) == 0 {
-		return Observation{}, false
-	}
-	if list, err = e.Candidates(ctx); err != nil {
+	if err != nil {
 		return Observation{}, false
 	}
 	higher := e.higher(list, skip)
+	if higher == 0 {
+		return Observation{}, false
+	}
+	if fresh, err := e.Candidates(ctx); err == nil {
+		higher = e.higher(fresh, skip)
+	}
 	if higher == 0 {
 		return Observation{}, false
 	}
@@ -104,7 +110,7 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	}
 	// The yield watches the key: the moment one that ranks higher takes it, this candidate
 	// knows its leader (a request it forwards waits for that), instead of up to a step per
-	// higher candidate later. A broken watch lets the campaign go ahead, as any store error.
+	// higher candidate later. A broken watch still waits out the wait.
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for o := range e.c.cfg.Backend.Watch(wctx, e.name, obs.Revision) {
@@ -115,6 +121,7 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 			return o, true
 		}
 	}
+	<-wctx.Done()
 	return Observation{}, false
 }
 

@@ -431,6 +431,10 @@ func (c *Client) Watch(ctx context.Context, election string, afterRev int64) <-c
 	out := make(chan elector.Observation, 1)
 	go func() {
 		defer close(out)
+		if err := c.failing("Watch"); err != nil {
+			out <- elector.Observation{Err: err}
+			return
+		}
 		for {
 			if err := c.lock(ctx); err != nil {
 				if ctx.Err() == nil {
@@ -593,6 +597,9 @@ func (c *Client) Announce(ctx context.Context, election, id string, value []byte
 // Candidates implements elector.Backend.
 func (c *Client) Candidates(ctx context.Context, election string) ([]elector.CandidateEntry, error) {
 	c.candidateReads.Add(1)
+	if err := c.failing("Candidates"); err != nil {
+		return nil, err
+	}
 	if err := c.lock(ctx); err != nil {
 		return nil, err
 	}

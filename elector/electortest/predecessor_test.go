@@ -231,16 +231,7 @@ func TestSuccessorOfAnUnseenTermTakesItsAcknowledgement(t *testing.T) {
 	t.Parallel()
 	f, _ := fakeFleet(t, 3)
 	a, _ := f.Leader(within)
-	var b, c *electortest.Member
-	for _, m := range f.Members {
-		switch {
-		case m == a:
-		case b == nil:
-			b = m
-		default:
-			c = m
-		}
-	}
+	b, c := otherTwo(f, a)
 	f.Await("c sees a lead", within, func() bool { return c.Election.Term().Leader.ID == a.ID })
 	client(f, c).SetDown(errors.New("cut off"))
 	ctx, cancel := context.WithTimeout(context.Background(), within)

@@ -2,12 +2,26 @@ package electortest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
 )
+
+// otherTwo is the two members of a fleet of three other than m, in the fleet's order.
+func otherTwo(f *electortest.Fleet, m *electortest.Member) (*electortest.Member, *electortest.Member) {
+	var others []*electortest.Member
+	for _, x := range f.Members {
+		if x != m {
+			others = append(others, x)
+		}
+	}
+	return others[0], others[1]
+}
 
 // registryReads is how many times the members of f read the candidate registry so far.
 func registryReads(f *electortest.Fleet) int64 {
@@ -54,16 +68,7 @@ func TestHandoversUseTheRegistryView(t *testing.T) {
 		t.Parallel()
 		f := viewingFleet(t, 3)
 		leader, token := f.Leader(within)
-		var asker, target *electortest.Member
-		for _, m := range f.Members {
-			switch {
-			case m == leader:
-			case asker == nil:
-				asker = m
-			default:
-				target = m
-			}
-		}
+		asker, target := otherTwo(f, leader)
 		before := registryReads(f)
 		if err := asker.Election.Transfer(context.Background(), target.ID, within); err != nil {
 			t.Fatal(err)
@@ -109,4 +114,127 @@ func TestHandoversUseTheRegistryView(t *testing.T) {
 		c.SetDown(nil)
 		awaitViews(t, f)
 	})
+}
+
+// registryAtRelease is a store client that reads the election's registry as each Release
+// is sent: what a candidate that sees the vacancy at once and counts whom to yield to reads.
+type registryAtRelease struct {
+	*electortest.Client
+	mu   sync.Mutex
+	seen []elector.CandidateEntry
+}
+
+func (r *registryAtRelease) Release(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
+	list, err := r.Client.Candidates(ctx, election)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.seen = list
+	r.mu.Unlock()
+	return r.Client.Release(ctx, election, token, lease, why)
+}
+
+// TestRegistryStandsOutBeforeTheKeyGoes: a leader that resigns with a hold-off, or leaves,
+// is listed as out of the election by the time its key is vacant. Announced after the
+// release, candidates that read the registry at slightly different moments counted it
+// differently when they yielded to higher priorities (the etcd TestPriority flake: a
+// candidate of priority 1 campaigned as early as one of priority 2). A transfer's release
+// needs no such announcement: its target does not yield.
+func TestRegistryStandsOutBeforeTheKeyGoes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		resign  func(e *elector.Election) error
+		healthy bool
+	}{
+		{"resign_with_hold_off", func(e *elector.Election) error { return e.Resign(context.Background(), time.Minute) }, false},
+		{"resign_without_hold_off", func(e *elector.Election) error { return e.Resign(context.Background(), 0) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := electortest.NewStore()
+			var rs []*registryAtRelease
+			f := electortest.StartFleet(t, electortest.FleetOptions{
+				Size: 2,
+				TTL:  ttl,
+				Backend: func(testing.TB, int) elector.Backend {
+					r := &registryAtRelease{Client: s.Client()}
+					rs = append(rs, r)
+					return r
+				},
+				Now: s.Now,
+			})
+			keepTime(t, s)
+			leader, _ := f.Leader(within)
+			if err := tc.resign(leader.Election); err != nil {
+				t.Fatal(err)
+			}
+			var r *registryAtRelease
+			for i, m := range f.Members {
+				if m == leader {
+					r = rs[i]
+				}
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, en := range r.seen {
+				var info elector.CandidateInfo
+				if err := json.Unmarshal(en.Value, &info); err != nil {
+					t.Fatal(err)
+				}
+				if en.ID == leader.ID && info.Healthy != tc.healthy {
+					t.Fatalf("as its key went, the registry listed %s with healthy %v, want %v", leader.ID, info.Healthy, tc.healthy)
+				}
+				if en.ID == leader.ID {
+					return
+				}
+			}
+			t.Fatalf("as its key went, the registry did not list %s: %+v", leader.ID, r.seen)
+		})
+	}
+}
+
+// TestYieldOutlastsAStoreFailure: a candidate whose view lists a higher priority still
+// yields to it when a store request of its yield fails: the read of the registry (it then
+// counts from its view) or the watch of the key (it waits the whole wait). It campaigned
+// at once, and won the vacancy from the higher one, whose link is slower.
+func TestYieldOutlastsAStoreFailure(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, op string }{
+		{"registry_read_fails", "Candidates"},
+		{"watch_of_the_key_breaks", "Watch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, s := fakeFleet(t, 3)
+			keepTime(t, s)
+			leader, _ := f.Leader(within)
+			high, low := otherTwo(f, leader)
+			high.Candidate.SetPriority(3, false)
+			low.Candidate.SetPriority(2, false)
+			f.Await("low's view lists high's priority", within, func() bool {
+				list, err := low.Election.KnownCandidates(context.Background())
+				if err != nil {
+					return false
+				}
+				for _, c := range list {
+					if c.ID == high.ID {
+						return c.Priority == 3 && c.Healthy
+					}
+				}
+				return false
+			})
+			// low watches the key already: the next watch it starts is its yield's.
+			client(f, low).Fail(tc.op, 1, errors.New("injected: request lost"))
+			client(f, high).SetDelay(ttl / 20) // a step is ttl/4: high still comes first
+			if err := leader.Election.Resign(context.Background(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			f.Await("a new leader", within, func() bool { return low.Election.Term().Holds() || high.Election.Term().Holds() })
+			if low.Election.Term().Holds() {
+				t.Fatalf("%s (priority 2) took the vacancy from %s (priority 3) after its %s failed", low.ID, high.ID, tc.op)
+			}
+		})
+	}
 }
