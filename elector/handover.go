@@ -136,10 +136,12 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 // reads: one that read first waited a step for this candidate, one that read later did
 // not, and a candidate of lower priority could campaign as early as one of higher. The
 // target of a transfer does not yield, so a transfer skips the round trip. Best effort:
-// the campaign loop announces again either way.
+// the campaign loop announces again either way. An instance that is exiting skips it too:
+// its lease's revoke follows at once and takes the entry away, and a write per election
+// here would hold up the exit of an instance that owns many shards by one for each.
 func (e *Election) announceStandingOut(ctx context.Context, l *lease, why string) {
 	info := e.info()
-	if info.Healthy || why == EndedTransferred {
+	if info.Healthy || why == EndedTransferred || e.c.exiting.Load() {
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
