@@ -404,3 +404,33 @@ func TestUnreadableFileWarning(t *testing.T) {
 		})
 	}
 }
+
+// TestInstanceIDFromHostName pins what docs/recipes.md tells users whose shell does not export
+// HOSTNAME: `{$HOSTNAME}` is an environment variable read while adapting (empty when not
+// exported), while `{system.hostname}` survives adaptation and is expanded at provisioning.
+func TestInstanceIDFromHostName(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		t.Skipf("host name unknown: %v", err)
+	}
+	out, _, err := adaptCaddyfile(t, "{\n\tleader {\n\t\tendpoints 127.0.0.1:1\n"+
+		"\t\tinstance_id {system.hostname}\n\t\tadvertise http://{system.hostname}:8080\n\t}\n}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Apps struct {
+			Leader App `json:"leader"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	app := cfg.Apps.Leader
+	if err := app.expandAndDefault(); err != nil {
+		t.Fatal(err)
+	}
+	if app.InstanceID != host || app.Advertise != "http://"+host+":8080" {
+		t.Errorf("instance_id %q, advertise %q; want the host name %q in both", app.InstanceID, app.Advertise, host)
+	}
+}

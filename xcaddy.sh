@@ -53,7 +53,7 @@ Commands:
                           caddy-l4 (its layer4 app and handlers, which the recipes use).
                           XCADDY_ARGS are passed on to 'xcaddy build' (e.g. --with MODULE).
                           A first build downloads Caddy's dependencies and compiles
-                          about 1,000 packages: 10 to 20 minutes on 2 cores; later
+                          about 1,000 packages: about 4 minutes on 2 cores; later
                           builds reuse Go's caches and take about a minute. It prints
                           each module it downloads and each package it compiles.
   run [CADDY_ARGS...]     Build ./caddy if it is missing or older than the Go sources,
@@ -132,7 +132,7 @@ build() {
 	# otherwise. The rest are xcaddy's defaults, which a flag of ours would replace.
 	export XCADDY_GO_BUILD_FLAGS=${XCADDY_GO_BUILD_FLAGS:-"-v -ldflags '-w -s' -trimpath -tags nobadger,nomysql,nopgx"}
 	printf "Building %s: a first build downloads Caddy's dependencies and compiles about 1,000\n" "$output"
-	printf "packages: 10 to 20 minutes on 2 cores; later builds reuse Go's caches (about a minute).\n"
+	printf "packages: about 4 minutes on 2 cores; later builds reuse Go's caches (about a minute).\n"
 	printf "Go names each module it downloads and each package it compiles as it goes.\n"
 
 	# Ctrl-C stops xcaddy too; that is no build failure to report.
