@@ -74,13 +74,7 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 // loop should read the key again now (key deleted, lease lost, hold-off over, resync asked),
 // or the error that broke the watch. heldOffRead says whether the read before it only
 // looked at the key because of a hold-off.
-func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead bool) (err error) {
-	vacant := false
-	defer func() {
-		if !vacant {
-			e.lostSight()
-		}
-	}()
+func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead bool) error {
 	d, held := e.heldOff()
 	if heldOffRead && !held {
 		return nil // the hold-off ended since the read only looked: campaign now
@@ -134,23 +128,12 @@ func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead 
 			}
 			e.observe(o, l, true)
 			if o.Holder == nil {
-				vacant = true
 				return nil // vacant: campaign at once
 			}
 			expireRetry.reset()
 			silent.Reset(e.silenceLeft()) // since Go 1.23 a Reset timer delivers no stale tick
 		}
 	}
-}
-
-// lostSight notes that this instance stopped watching the key for another reason than a
-// vacancy the watch showed it: whatever happens before it reads again, it may not see, so
-// its own last term no longer counts as the last one unless the store says so (see
-// proofLocked).
-func (e *Election) lostSight() {
-	e.mu.Lock()
-	e.own.lastSeen = false
-	e.mu.Unlock()
 }
 
 type watchClosed struct{}

@@ -15,6 +15,9 @@ type heldRoster struct {
 	fsRoster
 	written   time.Time
 	confirmed bool
+	// failed is set when the write returned an error: it may have landed or not, so it is
+	// asked, but never confirmed, and written again (see keepRoster).
+	failed bool
 }
 
 // keepFailsafe runs beside keepBeating for every term this instance holds while failsafe
@@ -120,6 +123,11 @@ func (e *Election) keepRoster(t *Term) {
 	e.fs.mu.Lock()
 	n := len(e.fs.rosters)
 	same := n > 0 && reflect.DeepEqual(e.fs.rosters[n-1].fsRoster, r)
+	if same && e.fs.rosters[n-1].failed {
+		// The store may not hold it: write it again, in its place, rather than confirm
+		// with the next heartbeat a roster a winner may never read.
+		e.fs.rosters, same = e.fs.rosters[:n-1], false
+	}
 	e.fs.mu.Unlock()
 	if same {
 		return
@@ -134,7 +142,7 @@ func (e *Election) keepRoster(t *Term) {
 	// Even a failed write may have landed: the roster counts among those to ask.
 	written := e.c.now()
 	e.fs.mu.Lock()
-	e.fs.rosters = append(e.fs.rosters, heldRoster{fsRoster: r, written: written})
+	e.fs.rosters = append(e.fs.rosters, heldRoster{fsRoster: r, written: written, failed: err != nil})
 	e.fs.mu.Unlock()
 	if err == nil {
 		// A heartbeat now confirms the roster at once, rather than with the next renewal.
@@ -149,7 +157,7 @@ func (e *Election) keepRoster(t *Term) {
 func (e *Election) confirmRoster(t *Term) {
 	e.fs.mu.Lock()
 	defer e.fs.mu.Unlock()
-	if n := len(e.fs.rosters); n > 0 && !e.fs.rosters[n-1].confirmed && e.beatSent(t).After(e.fs.rosters[n-1].written) {
+	if n := len(e.fs.rosters); n > 0 && !e.fs.rosters[n-1].confirmed && !e.fs.rosters[n-1].failed && e.beatSent(t).After(e.fs.rosters[n-1].written) {
 		last := e.fs.rosters[n-1]
 		last.confirmed = true
 		e.fs.rosters = []heldRoster{last}

@@ -21,7 +21,6 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 			e.prev.vacated = true
 		} else {
 			e.prev.readSince = true
-			e.own.lastSeen = false
 		}
 		reason := "key vacant"
 		switch {
@@ -61,7 +60,6 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 	}
 	if mine == nil {
 		e.prev.saw(h, rec, e.c.now(), o.Revision)
-		e.own.lastSeen = false
 		if rec.ID == e.c.cfg.ID && !e.c.ours(h.Lease) && e.previousProcessLocked(old, h, rec) {
 			return
 		}
@@ -79,7 +77,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		// operator deleted the key or revoked its lease, say), that this instance never
 		// saw at all, or that rides out a failsafe beyond the store's reach.
 		p := e.proofLocked(h.Token, o, e.c.now(), e.waitTTL(l))
-		e.own = ownTerm{token: h.Token, proof: p, lastSeen: true}
+		e.own = ownTerm{token: h.Token, proof: p}
 		e.namedPrev = named{token: o.Prev, at: e.c.now()}
 		if o.PrevReleased {
 			e.heard = endOfTerm{token: o.Prev, why: o.PrevWhy}

@@ -88,7 +88,15 @@ func (e *Election) proofLocked(token int64, o Observation, now time.Time, ttl ti
 	seen, own := e.prev, e.own
 	seenOther := seen.token != 0 && seen.token != token && !e.c.own(seen.lease)
 	switch {
-	case o.Prev != 0 && seenOther && o.Prev > seen.token && o.Prev != own.token:
+	case o.Prev == 0:
+		// The store's answer names no term before this one: none ever held the key, the
+		// store does not say, or the campaign was applied but its answer lost and the
+		// retry found the key already held under this lease. Any number of terms may have
+		// come and gone since the last one seen or held here (another won, admitted and
+		// lost its key meanwhile): owe what a term that saw nothing owes, never what the
+		// last one this process happened to see would.
+		return e.freshProof(token, 0, unseenStoppedBy(now, ttl))
+	case seenOther && o.Prev > seen.token && o.Prev != own.token:
 		// A newer term than the last one seen came and went unseen (a short one, between
 		// two polls of a watch, or while the watch was down): as for a term never seen,
 		// its acknowledgement (a handover leaves one, if a moment after the key goes) proves
@@ -97,12 +105,12 @@ func (e *Election) proofLocked(token int64, o Observation, now time.Time, ttl ti
 			return e.freshProof(token, 0, time.Time{})
 		}
 		return e.freshProof(token, o.Prev, unseenStoppedBy(now, ttl))
-	case o.Prev != 0 && seenOther && o.Prev != seen.token:
+	case seenOther && o.Prev != seen.token:
 		// The store names an older term than the last one seen (it went back in time, and
 		// an old acknowledgement proves nothing of the term seen), or this instance's own
 		// after the one seen. Wait both out.
 		return e.freshProof(token, 0, unseenStoppedBy(now, ttl))
-	case o.Prev != 0 && o.Prev == own.token, o.Prev == 0 && seen.token == 0 && own.token != 0 && own.lastSeen:
+	case o.Prev == own.token:
 		// This instance's own term came last: it stopped admitting before it campaigned
 		// again, but what that term still owed, this one owes too.
 		if own.proof != nil && !own.proof.isProven() {
@@ -115,7 +123,7 @@ func (e *Election) proofLocked(token int64, o Observation, now time.Time, ttl ti
 		return e.freshProof(token, 0, time.Time{})
 	case seenOther:
 		return e.freshProof(token, seen.token, seen.stoppedBy(now, ttl, o.Prev == seen.token))
-	case seen.token != 0 && seen.token != token && (o.Prev == 0 || o.Prev == seen.token):
+	case seen.token != 0 && seen.token != token && o.Prev == seen.token:
 		return e.freshProof(token, 0, time.Time{}) // a term under this candidate's own lease
 	case o.PrevReleased:
 		return e.freshProof(token, 0, time.Time{}) // never seen, but it acknowledged its end
@@ -143,8 +151,6 @@ func (e *Election) freshProof(token, pred int64, stoppedBy time.Time) *proof {
 type ownTerm struct {
 	token int64
 	proof *proof
-	// lastSeen is set while nothing of another holder was seen since this term ended.
-	lastSeen bool
 }
 
 // settle waits until term token's proof p is complete, then lets the term admit; it looks

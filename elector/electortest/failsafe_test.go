@@ -378,3 +378,42 @@ func awaitTrue(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestFailsafeRosterConfirmedOnlyOnceStored: a leader whose roster write fails must not
+// confirm that roster with its next heartbeat (a winner reading the store would find no
+// roster of its term, owe no fence, and admit while it rides an outage on it); it writes
+// the roster again, and confirms the one the store took.
+func TestFailsafeRosterConfirmedOnlyOnceStored(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		fail func(c *electortest.Client)
+	}{
+		{"write_refused", func(c *electortest.Client) { c.Fail("AppendHistory", 2, errDown) }},
+		{"answer_lost", func(c *electortest.Client) { c.LoseAnswer("AppendHistory", 2, context.DeadlineExceeded) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, f, s, leader, token := failsafeReady(t, 2)
+			peer := aPeer(f, leader)
+			tc.fail(client(f, peer))
+			ctx, cancel := context.WithTimeout(context.Background(), within)
+			defer cancel()
+			if err := leader.Election.Resign(ctx, time.Hour); err != nil {
+				t.Fatalf("resign: %v", err)
+			}
+			_, tokenP, _ := f.NewLeader(leader, token, within)
+			rosterReady(t, f, peer, 2)
+			c := s.Client()
+			defer c.Close()
+			list, err := c.History(ctx, "main/failsafe-roster")
+			if err != nil || len(list) == 0 {
+				t.Fatalf("read the rosters: %d, %v", len(list), err)
+			}
+			var last struct{ Token int64 }
+			if err := json.Unmarshal(list[len(list)-1], &last); err != nil || last.Token != tokenP {
+				t.Fatalf("term %d confirmed a roster the store does not hold; newest stored is term %d (%v)", tokenP, last.Token, err)
+			}
+		})
+	}
+}

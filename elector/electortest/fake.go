@@ -244,6 +244,7 @@ type Client struct {
 	closed bool
 	down   error
 	fail   map[string]opFailure // method name -> how its calls fail
+	lose   map[string]opFailure // method name -> how its calls are applied but answer an error
 	delay  time.Duration        // added before every request and every watch event
 	// candidateReads counts the calls of Candidates.
 	candidateReads atomic.Int64
@@ -287,26 +288,40 @@ type opFailure struct {
 // with err, without reaching the store, while every other request works: a request lost on
 // its way, or a store that refuses one kind of write (a full disk refuses writes, not lease
 // renewals). n < 0 fails every call until Fail(op, 0, nil).
-func (c *Client) Fail(op string, n int, err error) {
+func (c *Client) Fail(op string, n int, err error) { c.set(&c.fail, op, n, err) }
+
+// LoseAnswer makes the next n calls of method op (Campaign or AppendHistory) reach the
+// store and be applied, then answer err: a timeout after the commit, or a connection reset
+// before the reply. n < 0 loses every answer until LoseAnswer(op, 0, nil).
+func (c *Client) LoseAnswer(op string, n int, err error) { c.set(&c.lose, op, n, err) }
+
+// set makes the next n calls of op get err, as *m counts them.
+func (c *Client) set(m *map[string]opFailure, op string, n int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.fail == nil {
-		c.fail = make(map[string]opFailure)
+	if *m == nil {
+		*m = make(map[string]opFailure)
 	}
-	c.fail[op] = opFailure{n: n, err: err}
+	(*m)[op] = opFailure{n: n, err: err}
 }
 
 // failing reports the error the next call of op fails with, if it does.
-func (c *Client) failing(op string) error {
+func (c *Client) failing(op string) error { return c.take(c.fail, op) }
+
+// losing reports the error the next call of op answers once applied, if it does.
+func (c *Client) losing(op string) error { return c.take(c.lose, op) }
+
+// take counts one call of op against m and returns the error it gets, if any.
+func (c *Client) take(m map[string]opFailure, op string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, ok := c.fail[op]
+	f, ok := m[op]
 	if !ok || f.n == 0 {
 		return nil
 	}
 	if f.n > 0 {
 		f.n--
-		c.fail[op] = f
+		m[op] = f
 	}
 	return f.err
 }
@@ -411,6 +426,9 @@ func (c *Client) Campaign(ctx context.Context, election string, value []byte, le
 		o.Prev, c.s.lastTerm[election] = c.s.lastTerm[election], k.token
 		if a, ok := c.s.acks[election][o.Prev]; ok && c.s.now.Before(a.expires) {
 			o.PrevReleased, o.PrevWhy = true, a.why
+		}
+		if err := c.losing("Campaign"); err != nil {
+			return elector.Observation{}, err
 		}
 		return o, nil
 	}
@@ -676,10 +694,13 @@ func (c *Client) AppendHistory(ctx context.Context, election string, entry []byt
 		return err
 	}
 	defer c.s.mu.Unlock()
+	if err := c.failing("AppendHistory"); err != nil {
+		return err
+	}
 	list := append(c.s.terms[election], clone(entry))
 	c.s.terms[election] = list[max(0, len(list)-keep):]
 	c.s.rev++
-	return nil
+	return c.losing("AppendHistory")
 }
 
 // History implements elector.Backend.

@@ -249,3 +249,66 @@ func TestSuccessorOfAnUnseenTermTakesItsAcknowledgement(t *testing.T) {
 		t.Errorf("c leads for %q, want elected (on its predecessor's acknowledgement)", why)
 	}
 }
+
+// TestLostCampaignAnswerOwesEveryUnseenTerm: A leads and resigns; B wins and admits; B is
+// cut off from the store and an operator deletes its key; then the campaign of C, slow all
+// along, lands, but its answer is lost. C's retry finds the key held under its own lease,
+// and the store names no term before it: C must not prove its term against A, the last
+// one it saw, while B still admits. Once with A's acknowledgement kept (as PostgreSQL and
+// this store keep it) and once consumed by B's campaign (as etcd and Kubernetes do: C would
+// then wait for A's deadline, earlier than B's).
+func TestLostCampaignAnswerOwesEveryUnseenTerm(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		consumeAck bool
+	}{
+		{name: "acknowledgement_kept"},
+		{name: "acknowledgement_consumed", consumeAck: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, s := fakeFleet(t, 3)
+			keepTime(t, s)
+			a, tokenA := f.Leader(within)
+			leaseA := observe(t, s).Holder.Lease
+			var peers []*electortest.Member
+			for _, m := range f.Members {
+				if m != a {
+					peers = append(peers, m)
+				}
+			}
+			c := peers[1]
+			// C hears of A's end late and its campaign arrives later still: B wins first.
+			client(f, c).SetDelay(ttl / 10)
+			client(f, c).LoseAnswer("Campaign", 1, context.DeadlineExceeded)
+			ctx, cancel := context.WithTimeout(context.Background(), within)
+			defer cancel()
+			if err := a.Election.Resign(ctx, time.Hour); err != nil {
+				t.Fatalf("resign: %v", err)
+			}
+			b, tokenB, _ := f.NewLeader(a, tokenA, within)
+			if b == c {
+				t.Fatal("the slow candidate won first; the sequence needs the other one")
+			}
+			if tc.consumeAck {
+				if _, _, err := s.Client().Released(ctx, "main", tokenA, leaseA); err != nil {
+					t.Fatalf("consume A's acknowledgement: %v", err)
+				}
+			}
+			client(f, b).SetDown(errors.New("cut off"))
+			s.Delete("main")
+			// B admits until its last heartbeat's window runs out, whatever it hears now.
+			now := s.Now()
+			bEnd := now.Add(b.Election.Term().Remaining(now))
+			var cStart time.Time
+			f.Await("C leading after its lost answer", within, func() bool {
+				cStart = s.Now()
+				return c.Leading() && c.Election.Term().Token > tokenB
+			})
+			if cStart.Before(bEnd) {
+				t.Fatalf("C (term %d) admitted %v before B (term %d) stopped", c.Election.Term().Token, bEnd.Sub(cStart), tokenB)
+			}
+		})
+	}
+}
