@@ -1,7 +1,7 @@
 // Command demo is the walkthrough behind `./xcaddy.sh demo`: one local etcd (or, with
 // --store postgres, one local PostgreSQL server) and three Caddy instances on 127.0.0.1,
-// each serving demo/Caddyfile, then a graceful handover, a crash and a restart, each one
-// timed and checked. xcaddy.sh builds ./caddy and ./etcd-local first and then runs it from
+// each serving demo/Caddyfile, then rooms routed to the owner of their shard, a graceful
+// handover that moves a room too, a crash and a restart, each one timed and checked. xcaddy.sh builds ./caddy and ./etcd-local first and then runs it from
 // the repository root; run it through xcaddy.sh.
 //
 // Everything it starts lives in one temporary directory (configs, data, logs) and is
@@ -21,9 +21,11 @@ const usage = `Usage: ./xcaddy.sh demo [--keep | --manual | --ci] [--keep-logs] 
 
 Starts a single-member etcd (or a PostgreSQL server) and three Caddy instances (node-1,
 node-2, node-3) on 127.0.0.1, each gating the site in demo/Caddyfile, then walks through:
-  1. electing a leader          4. a crash of the new leader (SIGKILL), timed
-  2. requests to all three      5. restarting both: they rejoin as followers
-  3. a graceful stop of the leader (SIGTERM), timed
+  1. electing a leader          4. a graceful stop of the leader (SIGTERM), timed,
+  2. requests to all three         and one of its rooms moving to another owner
+  3. rooms: a shard set of 8,   5. a crash of the new leader (SIGKILL), timed
+     one owner per room         6. restarting both: they rejoin as followers
+It prints the address of the status page to open in a browser.
 Ctrl-C stops everything it started and removes its temporary files, the logs
 included (after a failed step, or with --keep-logs, the logs are kept).
 

@@ -19,6 +19,7 @@ func (d *demo) run() {
 		d.note(fmt.Sprintf("node-%d  http://%s:%d  admin %s:%d  (pid %d)  log %s",
 			i, host, d.httpPort[i], host, d.adminPort[i], d.pid(i), d.logPath(i)))
 	}
+	d.note(fmt.Sprintf("status page: open http://%s:%d/leader-status/ in a browser (any instance's port)", host, d.httpPort[1]))
 	if d.mode == manual {
 		d.explore()
 		return
@@ -54,10 +55,19 @@ func (d *demo) walk() {
 	d.requests(leader)
 	d.ok("only the leader serves /admin and /write; followers answer 503 on /admin and " + d.writeDoes)
 
+	d.pause("send requests to the rooms")
+	d.step("Rooms: one owner per key")
+	d.rooms()
+
 	d.pause(fmt.Sprintf("stop the leader, node-%d, gracefully (SIGTERM)", leader))
 	d.step("Graceful stop of the leader (SIGTERM)")
 	old := leader
 	rest := d.others(old)
+	room := d.roomOf(old)
+	if room == "" {
+		d.fail(fmt.Sprintf("node-%d owns none of the rooms room-1 to room-40", old), nodeName(old))
+	}
+	d.note(fmt.Sprintf("node-%d also owns the shard of room %s: the room moves with the signal too.", old, room))
 	d.note(fmt.Sprintf("kill -TERM %d   # node-%d: stops admitting, drains, then deletes its key", d.pid(old), old))
 	d.note(fmt.Sprintf("Meanwhile, writes go to node-%d and node-%d without a pause.", rest[0], rest[1]))
 	w := d.startWrites(rest[0], rest[1])
@@ -83,6 +93,11 @@ func (d *demo) walk() {
 		d.fail(fmt.Sprintf("the handover took %d ms, not less than the ttl (%d ms)", handover.Milliseconds(), ttlMS), nodeName(old), nodeName(taker))
 	}
 	d.ok(fmt.Sprintf("handover in %d ms (< ttl %d ms): the old leader deleted its key on the way out", handover.Milliseconds(), ttlMS))
+	if owner, shard := d.agreedOwner(room, 5*time.Second); owner == "" || owner == nodeName(old) {
+		d.fail(fmt.Sprintf("room %s did not move from node-%d to a running instance within 5s (owner %q)", room, old, owner), nodeName(rest[0]), nodeName(rest[1]))
+	} else {
+		d.ok(fmt.Sprintf("room %s (shard %s) moved to %s", room, shard, owner))
+	}
 	if d.writeMode == "forward" {
 		if ws.ok != ws.sent || ws.sent == 0 {
 			d.fail(fmt.Sprintf("%d of %d writes failed during the handover (%s); a follower should hold them for the new leader", ws.sent-ws.ok, ws.sent, ws.failed),
