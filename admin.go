@@ -247,8 +247,10 @@ func transfer(w http.ResponseWriter, r *http.Request, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkShardTransfer(r.Context(), e, to); err != nil {
-		return err
+	if r.URL.Query().Get("force") != "true" { // force: a test's storm, or a move the operator knows placement undoes
+		if err := checkShardTransfer(r.Context(), e, to); err != nil {
+			return err
+		}
 	}
 	from := e.Term().Leader.ID
 	if err := e.Transfer(r.Context(), to, timeout); err != nil {
@@ -284,7 +286,7 @@ func checkShardTransfer(ctx context.Context, e *elector.Election, to string) err
 		return nil
 	}
 	return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf(
-		"%s is a shard of set %s; placement prefers %s and would move it back from %s; to move shards, resign their owner (`caddy leader resign --shards %s`) or change priorities",
+		"%s is a shard of set %s; placement prefers %s and would move it back from %s; to move shards, resign their owner (`caddy leader resign --shards %s`) or change priorities (force=true moves it all the same)",
 		e.Name(), set, preferred, to, set)}
 }
 

@@ -84,13 +84,14 @@ time, and it said so), or crashed (no word from it: killed, hung or cut off).
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderResign(out, addr, fl.String("election"), fl.String("shards"), fl.String("hold-off"))
 				}))
-			cmd.AddCommand(leaderSubcommand("transfer", "--to <instance_id> [--election <name>] [--timeout <duration>]", "Hands leadership over to a named candidate",
+			cmd.AddCommand(leaderSubcommand("transfer", "--to <instance_id> [--election <name>] [--timeout <duration>] [--force]", "Hands leadership over to a named candidate",
 				func(c *cobra.Command) {
 					c.Flags().String("to", "", "The instance_id that should lead (required)")
 					c.Flags().String("timeout", "", "How long to wait for it to lead, e.g. 20s (default: two ttls)")
+					c.Flags().Bool("force", false, "Transfer a shard to another instance than the one placement prefers, which moves it back soon after")
 				},
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
-					return leaderTransfer(out, addr, fl.String("election"), fl.String("to"), fl.String("timeout"))
+					return leaderTransfer(out, addr, fl.String("election"), fl.String("to"), fl.String("timeout"), fl.Bool("force"))
 				}))
 		},
 	})
@@ -561,7 +562,7 @@ func resignShardSet(out io.Writer, adminAddr, set, holdOff string) error {
 
 // leaderTransfer hands the leadership of an election over to the candidate named to, and
 // returns once it leads or the admin API gives up.
-func leaderTransfer(out io.Writer, adminAddr, election, to, timeout string) error {
+func leaderTransfer(out io.Writer, adminAddr, election, to, timeout string, force bool) error {
 	if to == "" {
 		return errors.New("--to: name the instance_id that should lead")
 	}
@@ -581,6 +582,9 @@ func leaderTransfer(out io.Writer, adminAddr, election, to, timeout string) erro
 	query := url.Values{"to": {to}}
 	if timeout != "" {
 		query.Set("timeout", timeout)
+	}
+	if force {
+		query.Set("force", "true")
 	}
 	uri := "/leader/" + url.PathEscape(election) + "/transfer?" + query.Encode()
 	if err := adminCall(adminAddr, http.MethodPost, uri, &result); err != nil {

@@ -154,7 +154,7 @@ func TestLeaderCommand(t *testing.T) {
 			return err == nil && len(list) == 2
 		})
 		var out bytes.Buffer
-		err = leaderTransfer(&out, admin, "", "never", "")
+		err = leaderTransfer(&out, admin, "", "never", "", false)
 		want := `transfer of election "cmd": "never" has priority 0, so it never leads (HTTP 409)`
 		if err == nil || err.Error() != want {
 			t.Errorf("transfer --to never: err = %v, want %q", err, want)
@@ -163,7 +163,7 @@ func TestLeaderCommand(t *testing.T) {
 
 	t.Run("transfer_to_an_unknown_candidate_fails_naming_it", func(t *testing.T) {
 		var out bytes.Buffer
-		err := leaderTransfer(&out, admin, "", "nobody", "")
+		err := leaderTransfer(&out, admin, "", "nobody", "", false)
 		if err == nil || !strings.Contains(err.Error(), "nobody") || !strings.Contains(err.Error(), "(HTTP 400)") || strings.Contains(err.Error(), `\"`) {
 			t.Errorf("transfer --to nobody: err = %v, output %q", err, out.String())
 		}
@@ -173,7 +173,7 @@ func TestLeaderCommand(t *testing.T) {
 	})
 
 	t.Run("transfer_needs_to", func(t *testing.T) {
-		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", "", ""); err == nil || !strings.Contains(err.Error(), "--to") {
+		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", "", "", false); err == nil || !strings.Contains(err.Error(), "--to") {
 			t.Errorf("transfer without --to: err = %v", err)
 		}
 	})
@@ -200,7 +200,7 @@ func TestLeaderCommand(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", "peer2", ""); err != nil {
+		if err := leaderTransfer(new(bytes.Buffer), admin, "cmd", "peer2", "", false); err != nil {
 			t.Fatal(err)
 		}
 		// The transfer returns once cmd-node has let go; the peer's term counts once it
@@ -516,7 +516,7 @@ func TestLeaderCommandAnswers(t *testing.T) {
 			`--hold-off: "5" has no unit: write 5s, 5m or 5h`, ""},
 		{"hold_off_not_a_duration", func(out *bytes.Buffer) error { return leaderResign(out, siteAddr, "default", "", "soon") },
 			`--hold-off: "soon" is not a non-negative duration`, ""},
-		{"timeout_without_unit", func(out *bytes.Buffer) error { return leaderTransfer(out, siteAddr, "default", "a", "20") },
+		{"timeout_without_unit", func(out *bytes.Buffer) error { return leaderTransfer(out, siteAddr, "default", "a", "20", false) },
 			`--timeout: "20" has no unit`, ""},
 		{"a_site_port_is_not_the_admin_api", func(out *bytes.Buffer) error { return leaderStatus(out, siteAddr, "", false) },
 			"answered HTTP 200 with text/html; charset=utf-8 (\"<!DOCTYPE html> <html><body>my site</body></html>\"), not the admin API's JSON: is it the admin address", ""},

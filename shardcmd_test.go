@@ -190,13 +190,22 @@ func TestShardOperations(t *testing.T) {
 	t.Run("transfer_of_a_shard_away_from_its_preferred_owner_is_refused", func(t *testing.T) {
 		election := fmt.Sprintf("rooms.%d", ofA)
 		token := status().List[ofA].Token
-		err := leaderTransfer(new(bytes.Buffer), admin, election, "shard-b", "")
+		err := leaderTransfer(new(bytes.Buffer), admin, election, "shard-b", "", false)
 		if err == nil || !strings.Contains(err.Error(), "placement prefers shard-a") || !strings.Contains(err.Error(), "caddy leader resign --shards rooms") {
 			t.Fatalf("transfer --election %s --to shard-b: %v", election, err)
 		}
 		if sh := status().List[ofA]; sh.Owner != "shard-a" || sh.Token != token {
 			t.Errorf("after the refused transfer, shard %d = %+v (token %d before)", ofA, sh, token)
 		}
+		// --force moves it all the same; placement then brings it back.
+		var out bytes.Buffer
+		if err := leaderTransfer(&out, admin, election, "shard-b", "", true); err != nil || !strings.Contains(out.String(), "shard-b leads now") {
+			t.Fatalf("transfer --force --election %s --to shard-b: %v (%s)", election, err, out.String())
+		}
+		waitUntil(t, "placement brings the forced shard back", func() bool {
+			st := status()
+			return st.Moving == 0 && st.List[ofA].Owner == "shard-a"
+		})
 	})
 
 	t.Run("resign_shards_holds_the_instance_off_every_shard_of_the_set", func(t *testing.T) {

@@ -131,7 +131,9 @@ func transferStorm[S any](s *Run[S], allowed []int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			path := "/leader/" + fleet.ShardElection(sh.Shard) + "/transfer?timeout=10s&to=" + to.ID
+			// force: each shard goes to another instance than placement prefers, which moves
+			// it back: two moves per shard, the storm this scenario is for.
+			path := "/leader/" + fleet.ShardElection(sh.Shard) + "/transfer?timeout=10s&force=true&to=" + to.ID
 			url := fmt.Sprintf("http://127.0.0.1:%d%s", via.AdminPort, path)
 			resp, err := fleet.Send(context.Background(), fleet.Client, http.MethodPost, url, nil, 15*time.Second)
 			mu.Lock()
