@@ -333,7 +333,11 @@ func (p *page) view(s Snapshot) view {
 			row := termRow{PastTerm: t, StartText: t.Start.UTC().Format("15:04:05.0"), EndText: t.End.UTC().Format("15:04:05.0"),
 				Lasted: roundDuration(t.End.Sub(t.Start)).String()}
 			if i > 0 {
-				switch gap := t.Start.Sub(el.History[i-1].End); {
+				from, until := leaderlessAfter(el.History[i-1])
+				if until.IsZero() {
+					until = t.Start
+				}
+				switch gap := until.Sub(from); {
 				case gap >= 50*time.Millisecond:
 					row.GapBefore = roundDuration(gap).String()
 				case gap > 0:
