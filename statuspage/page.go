@@ -391,7 +391,23 @@ func candidateLink(el Election, id string, now time.Time) (failsafe, store, stat
 	case own.StoreProblem != "":
 		return failsafe, "unreachable, it says: “" + own.StoreProblem + "”", "unreachable", asked
 	}
-	return failsafe, "reachable, lease confirmed " + roundDuration(now.Sub(own.LastContact)).String() + " ago", "reachable", asked
+	if id == el.Self {
+		return failsafe, "reachable, lease confirmed " + roundDuration(now.Sub(own.LastContact)).String() + " ago", "reachable", asked
+	}
+	// A peer's answer is of the moment it was taken, by its clock; aged against now it
+	// would read as the peer's present state, which it may no longer be.
+	p := el.Peers[id]
+	store = fmt.Sprintf("answer taken %s (%s ago): reachable, lease confirmed %s before it", asked,
+		roundDuration(now.Sub(p.Asked)), roundDuration(p.View.At.Sub(own.LastContact)))
+	if now.Sub(p.Asked) > peerRefresh {
+		// Older than the page asks: it says what the peer was, not what it is.
+		state, store = "unknown", "old "+store
+		if p.Asking {
+			store = "asking… (" + store + ")"
+		}
+		return failsafe, store, state, asked
+	}
+	return failsafe, store, "reachable", asked
 }
 
 func boolText(b bool) string {
