@@ -251,7 +251,19 @@ type view struct {
 	Refresh   int
 	Self      string
 	Elections []electionView
-	ShardSets []electionstatus.ShardSet
+	ShardSets []shardSetView
+}
+
+// shardSetView is a shard set with the candidates gone from it lately, each with since
+// when, as an election's section shows them.
+type shardSetView struct {
+	electionstatus.ShardSet
+	Gone []goneRow
+}
+
+type goneRow struct {
+	GoneCandidate
+	Since string
 }
 
 type electionView struct {
@@ -287,8 +299,14 @@ type termRow struct {
 }
 
 func (p *page) view(s Snapshot) view {
-	v := view{Title: p.title, Admin: p.admin, AdminLink: p.adminLink, At: s.At.UTC().Format("2006-01-02 15:04:05 UTC"), Refresh: noScriptRefresh,
-		ShardSets: s.ShardSets}
+	v := view{Title: p.title, Admin: p.admin, AdminLink: p.adminLink, At: s.At.UTC().Format("2006-01-02 15:04:05 UTC"), Refresh: noScriptRefresh}
+	for _, set := range s.ShardSets {
+		sv := shardSetView{ShardSet: set}
+		for _, g := range s.ShardSetsGone[set.Set] {
+			sv.Gone = append(sv.Gone, goneRow{GoneCandidate: g, Since: goneSince(g.LastListed)})
+		}
+		v.ShardSets = append(v.ShardSets, sv)
+	}
 	for _, el := range s.Elections {
 		v.Self = el.Self
 		ev := electionView{Election: el, Name: el.Election.Election}
@@ -318,7 +336,7 @@ func (p *page) view(s Snapshot) view {
 			}
 			if at, ok := gone[c.ID]; ok {
 				cv.Role, cv.HoldOff = "gone", ""
-				cv.Gone = "not in the registry since " + at.UTC().Format("15:04:05") + " (its lease ran out: stopped, crashed or cut off from the store)"
+				cv.Gone = goneSince(at)
 			}
 			cv.Failsafe, cv.Store, cv.StoreState, cv.Asked = candidateLink(el, c.ID, s.At)
 			ev.Candidates = append(ev.Candidates, cv)
@@ -408,6 +426,11 @@ func candidateLink(el Election, id string, now time.Time) (failsafe, store, stat
 		return failsafe, store, state, asked
 	}
 	return failsafe, store, "reachable", asked
+}
+
+// goneSince says of a candidate the registry last listed at that it is gone, and why it may be.
+func goneSince(at time.Time) string {
+	return "not in the registry since " + at.UTC().Format("15:04:05") + " (its lease ran out: stopped, crashed or cut off from the store)"
 }
 
 func boolText(b bool) string {

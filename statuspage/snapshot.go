@@ -21,6 +21,9 @@ type Snapshot struct {
 	// ShardSets are this instance's shard sets, each summed over its shards (its shards'
 	// elections are not among Elections), sorted by name.
 	ShardSets []electionstatus.ShardSet `json:"shard_sets,omitempty"`
+	// ShardSetsGone are, by shard set, the candidates it listed lately but no longer
+	// (stopped, crashed or cut off from the store), as Election.Gone.
+	ShardSetsGone map[string][]GoneCandidate `json:"shard_sets_gone,omitempty"`
 }
 
 // Election is one election of a Snapshot: GET /leader/'s report of it, its history and
@@ -125,6 +128,22 @@ func (p *page) snapshot(ctx context.Context, src electionSource, path string) Sn
 		}
 		for _, g := range el.Gone {
 			ask(g.Candidate)
+		}
+	}
+	for _, set := range snap.ShardSets {
+		if p.candidates == nil {
+			break
+		}
+		list := make([]electionstatus.Candidate, len(set.Candidates))
+		for i, c := range set.Candidates {
+			list[i] = electionstatus.Candidate{ID: c.ID, URL: c.URL, Priority: c.Priority, Healthy: c.Healthy}
+		}
+		// Kept apart from the elections' candidates: no election's name starts with NUL.
+		if gone := p.candidates.gone("\x00shards/"+set.Set, list, snap.At); len(gone) > 0 {
+			if snap.ShardSetsGone == nil {
+				snap.ShardSetsGone = make(map[string][]GoneCandidate)
+			}
+			snap.ShardSetsGone[set.Set] = gone
 		}
 	}
 	return snap
