@@ -74,6 +74,16 @@ type PastTerm struct {
 	Successor string `json:"successor"`
 	// SuccessorToken is the fencing token of the next term.
 	SuccessorToken int64 `json:"successor_token"`
+	// LastHeartbeat is when the successor last saw the term's leader write its key (its
+	// last heartbeat, by the successor's clock); zero when the successor never saw one
+	// (its own term, a term the store named) or an older release recorded the term. A
+	// leader that crashed served nothing after it: the outage of a crash runs from here,
+	// not from End, which comes up to a TTL later.
+	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
+	// SuccessorAdmitted is when the next term first admitted requests, by its leader's
+	// clock: after Start, once the term before it had certainly stopped (see settle); zero
+	// when an older release recorded the term.
+	SuccessorAdmitted time.Time `json:"successor_admitted,omitzero"`
 }
 
 // Unknown is what a page or a table shows for a past term's leader, start or duration
@@ -109,6 +119,15 @@ type lastOther struct {
 	rec   Record
 	token int64
 	gone  time.Time // when this instance first saw it over; zero while it lasts
+	beat  time.Time // when this instance last saw its holder write the key
+}
+
+// noteBeatLocked notes that this instance saw the holder of term token write the key at
+// now: a heartbeat, which publishes nothing, so the history hears of it here. e.mu is held.
+func (e *Election) noteBeatLocked(token int64, now time.Time) {
+	if e.other.token == token {
+		e.other.beat = now
+	}
 }
 
 // noteHistoryLocked follows the published terms: it remembers the newest term held by
@@ -119,7 +138,7 @@ func (e *Election) noteHistoryLocked(old, t *Term) {
 	switch {
 	case t.lease == nil && t.Token != 0:
 		if e.other.token != t.Token {
-			e.other = lastOther{rec: t.Leader, token: t.Token}
+			e.other = lastOther{rec: t.Leader, token: t.Token, beat: now} // its first write
 		} else {
 			e.other.rec = t.Leader
 		}
@@ -149,6 +168,7 @@ func (e *Election) noteHistoryLocked(old, t *Term) {
 	past := PastTerm{
 		Token: prev.token, Leader: prev.rec.ID, URL: prev.rec.URL, Start: prev.rec.Since,
 		End: prev.gone, Ended: e.howEndedLocked(prev.token, own, t.Reason), Successor: e.c.cfg.ID, SuccessorToken: t.Token,
+		LastHeartbeat: prev.beat, SuccessorAdmitted: now, // the term settled: it admits from now
 	}
 	e.other, e.ownPast, e.namedPrev, e.heard = lastOther{}, lastOther{}, named{}, endOfTerm{}
 	e.c.appends.Add(1)

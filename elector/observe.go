@@ -60,6 +60,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 	}
 	if mine == nil {
 		e.prev.saw(h, rec, e.c.now(), o.Revision)
+		e.noteBeatLocked(h.Token, e.c.now())
 		if rec.ID == e.c.cfg.ID && !e.c.ours(h.Lease) && e.previousProcessLocked(old, h, rec) {
 			return
 		}

@@ -251,8 +251,20 @@ type view struct {
 	Refresh   int
 	Self      string
 	Elections []electionView
-	ShardSets []electionstatus.ShardSet
+	ShardSets []shardSetView
 	Unknown   []string
+}
+
+// shardSetView is a shard set with the candidates gone from it lately, each with since
+// when, as an election's section shows them.
+type shardSetView struct {
+	electionstatus.ShardSet
+	Gone []goneRow
+}
+
+type goneRow struct {
+	GoneCandidate
+	Since string
 }
 
 type electionView struct {
@@ -289,7 +301,14 @@ type termRow struct {
 
 func (p *page) view(s Snapshot) view {
 	v := view{Title: p.title, Admin: p.admin, AdminLink: p.adminLink, At: s.At.UTC().Format("2006-01-02 15:04:05 UTC"), Refresh: noScriptRefresh,
-		ShardSets: s.ShardSets, Unknown: s.Unknown}
+		Unknown: s.Unknown}
+	for _, set := range s.ShardSets {
+		sv := shardSetView{ShardSet: set}
+		for _, g := range s.ShardSetsGone[set.Set] {
+			sv.Gone = append(sv.Gone, goneRow{GoneCandidate: g, Since: goneSince(g.LastListed)})
+		}
+		v.ShardSets = append(v.ShardSets, sv)
+	}
 	for _, el := range s.Elections {
 		v.Self = el.Self
 		ev := electionView{Election: el, Name: el.Election.Election}
@@ -319,7 +338,7 @@ func (p *page) view(s Snapshot) view {
 			}
 			if at, ok := gone[c.ID]; ok {
 				cv.Role, cv.HoldOff = "gone", ""
-				cv.Gone = "not in the registry since " + at.UTC().Format("15:04:05") + " (its lease ran out: stopped, crashed or cut off from the store)"
+				cv.Gone = goneSince(at)
 			}
 			cv.Failsafe, cv.Store, cv.StoreState, cv.Asked = candidateLink(el, c.ID, s.At)
 			ev.Candidates = append(ev.Candidates, cv)
@@ -339,8 +358,14 @@ func (p *page) view(s Snapshot) view {
 			if known {
 				row.StartText, row.Lasted = t.Start.UTC().Format("15:04:05.0"), roundDuration(lasted).String()
 			}
-			if i > 0 && known {
-				switch gap := t.Start.Sub(el.History[i-1].End); {
+			if i > 0 {
+				from, until := leaderlessAfter(el.History[i-1])
+				if until.IsZero() && known {
+					until = t.Start
+				}
+				switch gap := until.Sub(from); {
+				case until.IsZero():
+					// Neither when its successor first admitted nor when it began is known.
 				case gap >= 50*time.Millisecond:
 					row.GapBefore = roundDuration(gap).String()
 				case gap > 0:
@@ -394,7 +419,28 @@ func candidateLink(el Election, id string, now time.Time) (failsafe, store, stat
 	case own.StoreProblem != "":
 		return failsafe, "unreachable, it says: “" + own.StoreProblem + "”", "unreachable", asked
 	}
-	return failsafe, "reachable, lease confirmed " + roundDuration(now.Sub(own.LastContact)).String() + " ago", "reachable", asked
+	if id == el.Self {
+		return failsafe, "reachable, lease confirmed " + roundDuration(now.Sub(own.LastContact)).String() + " ago", "reachable", asked
+	}
+	// A peer's answer is of the moment it was taken, by its clock; aged against now it
+	// would read as the peer's present state, which it may no longer be.
+	p := el.Peers[id]
+	store = fmt.Sprintf("answer taken %s (%s ago): reachable, lease confirmed %s before it", asked,
+		roundDuration(now.Sub(p.Asked)), roundDuration(p.View.At.Sub(own.LastContact)))
+	if now.Sub(p.Asked) > peerRefresh {
+		// Older than the page asks: it says what the peer was, not what it is.
+		state, store = "unknown", "old "+store
+		if p.Asking {
+			store = "asking… (" + store + ")"
+		}
+		return failsafe, store, state, asked
+	}
+	return failsafe, store, "reachable", asked
+}
+
+// goneSince says of a candidate the registry last listed at that it is gone, and why it may be.
+func goneSince(at time.Time) string {
+	return "not in the registry since " + at.UTC().Format("15:04:05") + " (its lease ran out: stopped, crashed or cut off from the store)"
 }
 
 func boolText(b bool) string {

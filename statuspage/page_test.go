@@ -2,6 +2,7 @@ package statuspage
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"regexp"
 	"strings"
@@ -221,5 +222,30 @@ func TestTermRows(t *testing.T) {
 					row.Leader, row.StartText, row.Lasted, row.EndText, c.leader, c.start, c.lasted, c.ended)
 			}
 		})
+	}
+}
+
+// fakeShards is a source of one shard set, whose candidates a test changes.
+type fakeShards struct{ set electionstatus.ShardSet }
+
+func (f *fakeShards) RunningElections() map[string]*elector.Election { return nil }
+func (f *fakeShards) RunningShardSets(context.Context) []electionstatus.ShardSet {
+	return []electionstatus.ShardSet{f.set}
+}
+
+// TestShardSetKeepsAGoneCandidate: an instance that leaves a shard set's registry (killed)
+// stays in the set's section as gone, as it does in an election's section.
+func TestShardSetKeepsAGoneCandidate(t *testing.T) {
+	src := &fakeShards{set: electionstatus.ShardSet{Set: "rooms", Shards: 4, Self: "c1", Candidates: []electionstatus.ShardCandidate{
+		{ID: "c1", Priority: 1, Healthy: true, Owned: 2}, {ID: "c2", URL: "http://127.0.0.1:8003", Priority: 1, Healthy: true, Owned: 2}}}}
+	p := &page{title: "Fleet", candidates: new(keptCandidates)}
+	p.snapshot(context.Background(), src, "")
+	src.set.Candidates = src.set.Candidates[:1] // c2 was killed
+	var b bytes.Buffer
+	if err := pageTemplate.ExecuteTemplate(&b, "page", p.view(p.snapshot(context.Background(), src, ""))); err != nil {
+		t.Fatal(err)
+	}
+	if want := `<tr data-shard-candidate="c2" class="gone">`; !strings.Contains(b.String(), want) {
+		t.Errorf("the shard set's section lacks %q", want)
 	}
 }

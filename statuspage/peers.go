@@ -95,6 +95,8 @@ type PeerState struct {
 	Unreachable string `json:"unreachable,omitempty"`
 	// View is the peer's latest answer; nil until it answered once.
 	View *SelfView `json:"view,omitempty"`
+	// Asking says a question is on its way: a fresher answer than this one is coming.
+	Asking bool `json:"asking,omitempty"`
 }
 
 // peers asks other instances for their view of themselves and keeps the latest answers,
@@ -139,7 +141,9 @@ func (p *peers) state(at, id string, now time.Time) PeerState {
 		pr.asking, pr.since = true, now
 		go p.ask(at, id, pr)
 	}
-	return pr.state
+	st := pr.state
+	st.Asking = pr.asking
+	return st
 }
 
 // ask puts one question to the peer and keeps its answer.

@@ -18,9 +18,12 @@ import (
 // unreachable for a peer that did not answer.
 func TestCandidateLink(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	answered := func(e SelfElection) map[string]PeerState {
-		return map[string]PeerState{"c2": {Asked: now, View: &SelfView{Self: "c2", Elections: map[string]SelfElection{"main": e}}}}
+	answeredAt := func(asked time.Time, asking bool, e SelfElection) map[string]PeerState {
+		return map[string]PeerState{"c2": {Asked: asked, Asking: asking, View: &SelfView{Self: "c2", At: asked.Add(-100 * time.Millisecond),
+			Elections: map[string]SelfElection{"main": e}}}}
 	}
+	answered := func(e SelfElection) map[string]PeerState { return answeredAt(now, false, e) }
+	reaching := SelfElection{LastContact: now.Add(-34*time.Second - 500*time.Millisecond)}
 	for _, c := range []struct {
 		name                      string
 		id                        string
@@ -35,7 +38,14 @@ func TestCandidateLink(t *testing.T) {
 			failsafe: "on, idle", store: "unreachable", wantText: "cannot reach the store: x"},
 		{name: "a_peer_that_says_it_reaches_the_store", id: "c2",
 			el:       Election{Peers: answered(SelfElection{LastContact: now.Add(-2 * time.Second), Failsafe: &elector.FailsafeStatus{Enabled: true, Confirming: 9}})},
-			failsafe: "keeping term 9 alive for its leader", store: "reachable", wantText: "2s ago"},
+			failsafe: "keeping term 9 alive for its leader", store: "reachable", wantText: "answer taken 03:04:05 (0s ago): reachable, lease confirmed 1.9s before it"},
+		// A cached answer is of its moment: never aged against now as the peer's state.
+		{name: "a_peer_whose_answer_is_old_and_asked_again", id: "c2",
+			el:       Election{Peers: answeredAt(now.Add(-34*time.Second), true, reaching)},
+			failsafe: "off", store: "unknown", wantText: "asking… (old answer taken 03:03:31 (34s ago): reachable, lease confirmed 400ms before it)"},
+		{name: "a_peer_whose_answer_is_old", id: "c2",
+			el:       Election{Peers: answeredAt(now.Add(-10*time.Minute), false, reaching)},
+			failsafe: "off", store: "unknown", wantText: "old answer taken 02:54:05 (10m0s ago)"},
 		{name: "a_peer_that_says_it_is_cut_off", id: "c2",
 			el: Election{Peers: answered(SelfElection{StoreProblem: "cannot reach the store: it last confirmed this instance's lease 3s ago",
 				Failsafe: &elector.FailsafeStatus{Enabled: true, Active: true, Since: now, Cause: "lease lost"}})},

@@ -25,6 +25,9 @@ type Snapshot struct {
 	// Unknown are the names the page is limited to (its elections option) that are
 	// neither an election nor a shard set of this instance, sorted.
 	Unknown []string `json:"unknown,omitempty"`
+	// ShardSetsGone are, by shard set, the candidates it listed lately but no longer
+	// (stopped, crashed or cut off from the store), as Election.Gone.
+	ShardSetsGone map[string][]GoneCandidate `json:"shard_sets_gone,omitempty"`
 }
 
 // Election is one election of a Snapshot: GET /leader/'s report of it, its history and
@@ -136,6 +139,22 @@ func (p *page) snapshot(ctx context.Context, src electionSource, path string) Sn
 		}
 		for _, g := range el.Gone {
 			ask(g.Candidate)
+		}
+	}
+	for _, set := range snap.ShardSets {
+		if p.candidates == nil {
+			break
+		}
+		list := make([]electionstatus.Candidate, len(set.Candidates))
+		for i, c := range set.Candidates {
+			list[i] = electionstatus.Candidate{ID: c.ID, URL: c.URL, Priority: c.Priority, Healthy: c.Healthy}
+		}
+		// Kept apart from the elections' candidates: no election's name starts with NUL.
+		if gone := p.candidates.gone("\x00shards/"+set.Set, list, snap.At); len(gone) > 0 {
+			if snap.ShardSetsGone == nil {
+				snap.ShardSetsGone = make(map[string][]GoneCandidate)
+			}
+			snap.ShardSetsGone[set.Set] = gone
 		}
 	}
 	return snap

@@ -79,6 +79,21 @@ type span struct {
 	successor  string
 	// startUnknown: the record does not say when the term began (start is then its end).
 	startUnknown bool
+	// leaderless is when the time without a leader after this term began, and admitted
+	// when the next term first admitted (zero if unknown: the next term's start stands in).
+	leaderless, admitted time.Time
+}
+
+// leaderlessAfter is when the time without a leader after ended term p began, and when it
+// ended, if the history says (zero otherwise). A term that crashed served nothing after its
+// leader's last heartbeat, which its successor saw up to a TTL before End: the outage
+// counts from there.
+func leaderlessAfter(p elector.PastTerm) (from, until time.Time) {
+	from = p.End
+	if endingClass(p.Ended) == "term-crash" && !p.LastHeartbeat.IsZero() && p.LastHeartbeat.Before(from) {
+		from = p.LastHeartbeat
+	}
+	return from, p.SuccessorAdmitted
 }
 
 // newTimeline lays out the terms of history (oldest first, as the store keeps them) and
@@ -89,7 +104,9 @@ func newTimeline(history []elector.PastTerm, current elector.PastTerm, now time.
 	var spans []span
 	seen := make(map[int64]bool)
 	for _, p := range history {
-		s := span{token: p.Token, leader: p.Leader, url: p.URL, start: p.Start, end: p.End, ended: p.Ended, successor: p.Successor}
+		from, until := leaderlessAfter(p)
+		s := span{token: p.Token, leader: p.Leader, url: p.URL, start: p.Start, end: p.End, ended: p.Ended,
+			successor: p.Successor, leaderless: from, admitted: until}
 		if s.leader == "" {
 			s.leader = elector.Unknown
 		}
@@ -162,14 +179,16 @@ func newTimeline(history []elector.PastTerm, current elector.PastTerm, now time.
 			continue
 		}
 		next := now
-		if i+1 < len(spans) {
-			if spans[i+1].startUnknown {
-				continue // whether a gap came before it is not known either
-			}
+		switch {
+		case i+1 < len(spans) && !s.admitted.IsZero():
+			next = s.admitted
+		case i+1 < len(spans) && spans[i+1].startUnknown:
+			continue // whether a gap came before it is not known either
+		case i+1 < len(spans):
 			next = spans[i+1].start
 		}
-		if gap := next.Sub(s.end); gap > 0 && next.After(from) {
-			g := gapBar{X: x(s.end), Title: fmt.Sprintf("no leader for %s after term %d", roundDuration(gap), s.token)}
+		if gap := next.Sub(s.leaderless); gap > 0 && next.After(from) {
+			g := gapBar{X: x(s.leaderless), Title: fmt.Sprintf("no leader for %s after term %d", roundDuration(gap), s.token)}
 			if i+1 == len(spans) {
 				g.Title = fmt.Sprintf("no leader since term %d ended, %s ago", s.token, roundDuration(gap))
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyleader/caddy-leader/electionstatus"
 	"github.com/caddyleader/caddy-leader/elector"
 )
 
@@ -94,6 +95,46 @@ func TestTimeline(t *testing.T) {
 			}
 			if len(tl.Ticks) == 0 || tl.Ticks[len(tl.Ticks)-1].Label != now.Format("15:04:05") {
 				t.Errorf("ticks %+v do not end at now", tl.Ticks)
+			}
+		})
+	}
+}
+
+// TestCrashOutageCountsFromLastHeartbeat: a crashed leader served nothing after its last
+// heartbeat, which its successor saw a TTL before it saw the term over (End). The red band
+// and the ended-terms table count the time without a leader from that heartbeat to the
+// successor's first admission, not from End.
+func TestCrashOutageCountsFromLastHeartbeat(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	end := now.Add(-40 * time.Second)
+	crashed := elector.PastTerm{Token: 6, Leader: "c2", Start: now.Add(-3 * time.Minute), End: end, Successor: "c0", SuccessorToken: 7,
+		LastHeartbeat: end.Add(-9 * time.Second), SuccessorAdmitted: end.Add(30 * time.Millisecond)}
+	next := elector.PastTerm{Token: 7, Leader: "c0", Start: end.Add(10 * time.Millisecond), End: now.Add(-10 * time.Second),
+		Ended: elector.EndedHandedOver, Successor: "c1", SuccessorToken: 8, SuccessorAdmitted: now.Add(-10 * time.Second)}
+	for _, c := range []struct {
+		name, ended, want string
+	}{
+		{name: "crashed", ended: elector.EndedCrashed, want: "9s"},
+		{name: "deadline_passed_release_before_reasons", ended: elector.EndedDeadlinePassed, want: "9s"},
+		{name: "handed_over_counts_from_its_end", ended: elector.EndedHandedOver, want: "under 0.1s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			crashed.Ended = c.ended
+			s := Snapshot{At: now, Elections: []Election{{
+				Election: electionstatus.Election{Election: "main", Self: "c1", LeaderID: "c1", Token: 8, TermStart: now.Add(-10 * time.Second)},
+				History:  []elector.PastTerm{crashed, next},
+			}}}
+			v := (&page{}).view(s)
+			rows := v.Elections[0].Terms // newest first
+			if got := rows[0].GapBefore; got != c.want {
+				t.Errorf("the table says no leader for %q before term 7; want %q", got, c.want)
+			}
+			var titles []string
+			for _, g := range v.Elections[0].Timeline.Gaps {
+				titles = append(titles, g.Title)
+			}
+			if c.want != "under 0.1s" && !slices.Contains(titles, "no leader for "+c.want+" after term 6") {
+				t.Errorf("the timeline's gaps say %q; want no leader for %s after term 6", titles, c.want)
 			}
 		})
 	}

@@ -228,7 +228,7 @@ func TestStatusPage(t *testing.T) {
 	// once its registry entry has run out with its lease (it is then shown as gone).
 	third := leader
 	storeCell := fmt.Sprintf(`section[data-election="default"] tr[data-candidate=%q] td[data-store]`, third.ID)
-	waitText(t, tab, storeCell, func(s string) bool { return strings.HasPrefix(s, "reachable") })
+	waitText(t, tab, storeCell, freshlyReachable)
 	if fs := get(t, tab, "reading a peer's failsafe state", chromedp.Text(fmt.Sprintf(`section[data-election="default"] tr[data-candidate=%q] td[data-failsafe]`, third.ID))); fs != "off" {
 		t.Errorf("%s's failsafe state reads %q on the page, want off (the fleet runs without failsafe)", third.ID, fs)
 	}
@@ -242,7 +242,7 @@ func TestStatusPage(t *testing.T) {
 	writeScreenshot(t, "status-page-peer-cut.png", get(t, tab, "screenshot of the page with a peer cut off", chromedp.FullScreenshot(100)))
 	f.links[third.ID].Heal()
 	waitText(t, tab, fmt.Sprintf(`section[data-election="default"] tr[data-candidate=%q].follower td[data-store]`, third.ID),
-		func(s string) bool { return strings.HasPrefix(s, "reachable") })
+		freshlyReachable)
 
 	// SIGKILL of the new leader: the page shows who takes over, and the killed term as
 	// crashed (its successor waited out its deadline without a word from it).
@@ -291,4 +291,10 @@ func TestStatusPage(t *testing.T) {
 	if v := get(t, tab, "reading the policy violations", chromedp.Evaluate[[]string](`window.violations`)); len(v) != 0 {
 		t.Errorf("the page broke its own Content-Security-Policy: %q", v)
 	}
+}
+
+// freshlyReachable says whether a peer's store cell reads as a fresh answer (taken within
+// the page's refresh) in which the peer says it reaches the store.
+func freshlyReachable(s string) bool {
+	return strings.HasPrefix(s, "answer taken ") && strings.Contains(s, "): reachable, lease confirmed ")
 }

@@ -144,3 +144,27 @@ func awaitEnded(t *testing.T, f *electortest.Fleet, s *electortest.Store, leader
 		t.Fatalf("history records term %d of %s as %q (followed by %s); want %q", token, got.Leader, got.Ended, got.Successor, want)
 	}
 }
+
+// TestHistoryRecordsACrashsLastHeartbeat: the successor of a leader cut off for good records
+// when it last saw the leader's heartbeat and when it first admitted itself, so that the
+// outage can be counted from the heartbeat rather than from End, a TTL later.
+func TestHistoryRecordsACrashsLastHeartbeat(t *testing.T) {
+	t.Parallel()
+	f, s := fakeFleet(t, 3)
+	leader, token := f.Leader(within)
+	client(f, leader).SetDown(errors.New("cut off"))
+	awaitEnded(t, f, s, leader, token, elector.EndedCrashed)
+	list, err := aPeer(f, leader).Election.History(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list {
+		if p.Token != token {
+			continue
+		}
+		if p.LastHeartbeat.IsZero() || p.LastHeartbeat.After(p.End) || p.SuccessorAdmitted.Before(p.End) {
+			t.Fatalf("term %d: last heartbeat %v, end %v, successor admitted %v; want heartbeat <= end <= admitted",
+				token, p.LastHeartbeat, p.End, p.SuccessorAdmitted)
+		}
+	}
+}
