@@ -296,7 +296,7 @@ type candidateView struct {
 
 type termRow struct {
 	elector.PastTerm
-	StartText, EndText, Lasted, GapBefore string
+	StartText, EndText, Lasted, GapAfter string
 }
 
 func (p *page) view(s Snapshot) view {
@@ -358,20 +358,7 @@ func (p *page) view(s Snapshot) view {
 			if known {
 				row.StartText, row.Lasted = t.Start.UTC().Format("15:04:05.0"), roundDuration(lasted).String()
 			}
-			if i > 0 {
-				from, until := leaderlessAfter(el.History[i-1])
-				if until.IsZero() && known {
-					until = t.Start
-				}
-				switch gap := until.Sub(from); {
-				case until.IsZero():
-					// Neither when its successor first admitted nor when it began is known.
-				case gap >= 50*time.Millisecond:
-					row.GapBefore = roundDuration(gap).String()
-				case gap > 0:
-					row.GapBefore = "under 0.1s"
-				}
-			}
+			row.GapAfter = gapAfter(el, i)
 			ev.Terms = append(ev.Terms, row)
 		}
 		v.Elections = append(v.Elections, ev)
@@ -380,6 +367,33 @@ func (p *page) view(s Snapshot) view {
 		v.Self = s.ShardSets[0].Self
 	}
 	return v
+}
+
+// gapAfter is how long election el had no leader after its ended term i, as the table
+// shows it: from the term's end (a crashed leader's last heartbeat) to its successor's
+// first admission, or, where the history does not say, its successor's start. So a crash
+// shows its cost on its own row as soon as its successor leads. Empty when not known.
+func gapAfter(el Election, i int) string {
+	from, until := leaderlessAfter(el.History[i])
+	if until.IsZero() {
+		switch next := i + 1; {
+		case next < len(el.History):
+			if _, known := el.History[next].Lasted(); known {
+				until = el.History[next].Start
+			}
+		case el.Token == el.History[i].SuccessorToken && !el.TermStart.IsZero():
+			until = el.TermStart // its successor leads now
+		}
+	}
+	switch gap := until.Sub(from); {
+	case until.IsZero():
+		return ""
+	case gap >= 50*time.Millisecond:
+		return roundDuration(gap).String()
+	case gap > 0:
+		return "under 0.1s"
+	}
+	return ""
 }
 
 // candidateLink says, for candidate id of election el, its failsafe state and its link to

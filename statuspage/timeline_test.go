@@ -126,8 +126,8 @@ func TestCrashOutageCountsFromLastHeartbeat(t *testing.T) {
 			}}}
 			v := (&page{}).view(s)
 			rows := v.Elections[0].Terms // newest first
-			if got := rows[0].GapBefore; got != c.want {
-				t.Errorf("the table says no leader for %q before term 7; want %q", got, c.want)
+			if got := rows[1].GapAfter; got != c.want {
+				t.Errorf("the table says no leader for %q after term 6; want %q", got, c.want)
 			}
 			var titles []string
 			for _, g := range v.Elections[0].Timeline.Gaps {
@@ -138,4 +138,17 @@ func TestCrashOutageCountsFromLastHeartbeat(t *testing.T) {
 			}
 		})
 	}
+	// Right after the crash, its successor is the current term: the crashed term's own row
+	// says what the crash cost, without its successor's first admission on record.
+	t.Run("successor_leads_now", func(t *testing.T) {
+		crashed := crashed
+		crashed.Ended, crashed.SuccessorAdmitted = elector.EndedCrashed, time.Time{}
+		s := Snapshot{At: now, Elections: []Election{{
+			Election: electionstatus.Election{Election: "main", Self: "c0", LeaderID: "c0", Token: 7, TermStart: end.Add(10 * time.Millisecond)},
+			History:  []elector.PastTerm{crashed},
+		}}}
+		if got := (&page{}).view(s).Elections[0].Terms[0].GapAfter; got != "9s" {
+			t.Errorf("right after the crash the table says no leader for %q after term 6; want 9s", got)
+		}
+	})
 }
