@@ -40,21 +40,21 @@ const lookBack = 10 * time.Minute
 // checkQuery runs a dashboard query (its variables filled in) against p and checks every
 // metric it names against the series Prometheus scraped from the fleet, every label it
 // names against the labels of those series, and that it returns data. It returns the
-// number of series the query returned.
-func checkQuery(ctx context.Context, p *prometheusServer, expr string) (int, error) {
+// series the query returned.
+func checkQuery(ctx context.Context, p *prometheusServer, expr string) ([]series, error) {
 	expr = grafanaVariables.Replace(expr)
 	metrics := deployq.Metrics(expr)
 	if len(metrics) == 0 {
-		return 0, fmt.Errorf("%q names no metric", expr)
+		return nil, fmt.Errorf("%q names no metric", expr)
 	}
 	have := []string{"__name__"}
 	for _, name := range metrics {
 		sets, err := p.labelSets(ctx, name, lookBack)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		if len(sets) == 0 {
-			return 0, fmt.Errorf("%q names %s, of which Prometheus scraped or recorded no series", expr, name)
+			return nil, fmt.Errorf("%q names %s, of which Prometheus scraped or recorded no series", expr, name)
 		}
 		for _, set := range sets {
 			for l := range set {
@@ -67,17 +67,53 @@ func checkQuery(ctx context.Context, p *prometheusServer, expr string) (int, err
 	made := deployq.Made(expr)
 	for _, l := range deployq.Labels(expr) {
 		if !slices.Contains(have, l) && !slices.Contains(made, l) {
-			return 0, fmt.Errorf("%q names the label %s, which no series of %s has (they have %s)", expr, l, strings.Join(metrics, ", "), strings.Join(have, ", "))
+			return nil, fmt.Errorf("%q names the label %s, which no series of %s has (they have %s)", expr, l, strings.Join(metrics, ", "), strings.Join(have, ", "))
 		}
 	}
 	result, err := p.query(ctx, expr)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if len(result) == 0 {
-		return 0, fmt.Errorf("%q returned no data", expr)
+		return nil, fmt.Errorf("%q returned no data", expr)
 	}
-	return len(result), nil
+	return result, nil
+}
+
+// roomSet is the fleet's shard set, gating /rooms/<key>, so that the dashboard's shard
+// panels have a set to show.
+const roomSet, roomShards = "rooms", 8
+
+// roomsRoute gates /rooms/<key> by the shard of its key in roomSet.
+func roomsRoute(*fleet.Instance) []map[string]any {
+	return []map[string]any{{
+		"match": []map[string]any{{"path": []string{"/rooms/*"}}},
+		"handle": []map[string]any{{"handler": "leader_gate", "shard_set": roomSet, "shard_key": fleet.ShardKeyPath},
+			{"handler": "static_response", "body": "room"}},
+		"terminal": true,
+	}}
+}
+
+// setLabel is the label by which a query's series must name roomSet: set for the shard
+// panels, election for the election variable (a set has no is_leader of its own); empty
+// for the other queries.
+func setLabel(q deployq.Query) string {
+	switch {
+	case strings.HasSuffix(q.Where, "variable election"):
+		return "election"
+	case strings.Contains(q.Expr, "caddy_leader_shard"):
+		return "set"
+	}
+	return ""
+}
+
+// roomsOwned sums, over the fleet, the shards of roomSet each instance owns.
+func roomsOwned(instances []*fleet.Instance) float64 {
+	var sum float64
+	for _, in := range instances {
+		sum += metricValue(in, `caddy_leader_shards_owned{set="`+roomSet+`"}`)
+	}
+	return sum
 }
 
 // startUpgradeBackend starts the upstream of the fleet's /gated route: it answers plain
@@ -158,7 +194,9 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 // TestDashboardQueries runs every query of the Grafana dashboard through a real Prometheus
 // that scrapes a real three-instance fleet on etcd, after the fleet went through what the
 // panels show: a transfer under load (requests held, a tunnel cut) and a leader cut off
-// from the store riding a failsafe. Every query must return data, and every metric and
+// from the store riding a failsafe, its shards of a shard set moving to the others and
+// back. Every query must return data, the shard panels and the election variable must
+// show the set, and every metric and
 // label it names must be among what Prometheus scraped; queries that name a metric or a
 // label the plugin does not export must fail the same check. The panels, drawn from the
 // same queries, are the dashboard's screenshot for docs/.
@@ -171,7 +209,8 @@ func TestDashboardQueries(t *testing.T) {
 	// A ttl of 5s leaves a leader cut off from etcd time to start its failsafe before its
 	// heartbeat deadline passes, even under the race detector on a busy machine (at the
 	// default 2s a failed heartbeat can be noticed too late for the failsafe to hold).
-	f := startPageFleet(t, 3, fleet.Config{TTL: "5s", Backend: startUpgradeBackend(t), Hold: "5s", FailsafePorts: failsafe})
+	f := startPageFleet(t, 3, fleet.Config{TTL: "5s", Backend: startUpgradeBackend(t), Hold: "5s", FailsafePorts: failsafe,
+		MoreShardSets: map[string]int{roomSet: roomShards}, Routes: roomsRoute})
 	prom := startPrometheus(t, promBin, f.instances)
 	scraped := time.Now()
 	leader, _ := fleet.WaitStableLeader(t, f.instances, electTimeout)
@@ -187,6 +226,15 @@ func TestDashboardQueries(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	poller.Stop()
+	for _, in := range f.instances {
+		for _, key := range []string{"a", "b", "c", "d"} {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/rooms/%s", in.HTTPPort, key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+	}
 	tunnel.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := tunnel.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("the tunnel through the old leader was not cut by the transfer: %v", err)
@@ -200,6 +248,7 @@ func TestDashboardQueries(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	f.links[target.ID].Heal()
 	fleet.WaitStableLeader(t, f.instances, electTimeout)
+	waitFor(t, "every shard of "+roomSet+" owned", 30*time.Second, func() bool { return roomsOwned(f.instances) == roomShards })
 	time.Sleep(3 * time.Second) // a few scrapes and rule evaluations after the last change
 
 	ctx := context.Background()
@@ -215,17 +264,21 @@ func TestDashboardQueries(t *testing.T) {
 	}
 	for _, q := range panels {
 		t.Run(q.Where, func(t *testing.T) {
-			n, err := checkQuery(ctx, prom, q.Expr)
+			result, err := checkQuery(ctx, prom, q.Expr)
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%d series", n)
+			t.Logf("%d series", len(result))
+			if l := setLabel(q); l != "" && !slices.ContainsFunc(result, func(s series) bool { return s.Metric[l] == roomSet }) {
+				t.Errorf("%q: no series with %s=%q among %v", q.Expr, l, roomSet, result)
+			}
 		})
 	}
 
 	// The check fails a query that names what the plugin does not export.
 	for _, c := range []struct{ name, expr string }{
 		{"misspelt_metric", `caddy_leader_is_leading{job=~"$job"} == 1`},
+		{"misspelt_metric_in_a_name_matcher", `{__name__=~"caddy_leader_is_leader|caddy_leader_shards_owning", job=~"$job"}`},
 		{"metric_the_plugin_never_had", `sum by (election) (rate(caddy_leader_elections_total[$__rate_interval]))`},
 		{"label_in_a_matcher", `caddy_leader_transitions_total{job=~"$job", direction="leader"}`},
 		{"label_in_a_grouping", `max by (electoin) (caddy_leader_term_token{job=~"$job"})`},

@@ -160,8 +160,9 @@ func adminURL(in *fleet.Instance, path string) string {
 	return fmt.Sprintf("http://127.0.0.1:%d%s", in.AdminPort, path)
 }
 
-// startPageFleet starts etcd and n instances with cfg, plus the status page, proxied etcd
-// links and admin origins that admit the instance's own page.
+// startPageFleet starts etcd and n instances with cfg, plus the status page (after which
+// come cfg's own Routes), proxied etcd links and admin origins that admit the instance's
+// own page.
 func startPageFleet(t *testing.T, n int, cfg fleet.Config) *pageFleet {
 	t.Helper()
 	f := &pageFleet{etcd: etcdtest.Start(t, 1), links: make(map[string]*faultproxy.Proxy)}
@@ -176,7 +177,14 @@ func startPageFleet(t *testing.T, n int, cfg fleet.Config) *pageFleet {
 		f.links[id] = p
 		cfg.InstanceEndpoints[id] = []string{p.URL()}
 	}
-	cfg.Routes = statusRoute
+	more := cfg.Routes
+	cfg.Routes = func(in *fleet.Instance) []map[string]any {
+		routes := statusRoute(in)
+		if more != nil {
+			routes = append(routes, more(in)...)
+		}
+		return routes
+	}
 	cfg.AdminOrigins = func(in *fleet.Instance) []string { return []string{in.URL()} }
 	f.instances = fleet.StartInstances(t, caddyBin, n, cfg)
 	return f

@@ -128,8 +128,11 @@ func (bt *Batcher[K]) Add(lease elector.LeaseID, election string, key K, want fu
 			full: make(chan struct{}), done: make(chan struct{})}
 	}
 	batch := q.next
+	// A heartbeat added again (retried while its batch waits) only replaces its key: it
+	// counted toward full when first added, and full is closed once.
+	_, again := batch.Keys[election]
 	batch.Keys[election] = key
-	if len(batch.Keys) == batch.want {
+	if !again && len(batch.Keys) == batch.want {
 		close(batch.full) // every key the lease holds is in: no need to wait for more
 	}
 	if !q.sending {

@@ -17,16 +17,23 @@ var (
 	quoted    = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"`)
 	keywords  = []string{"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right", "inf", "nan", "Inf", "NaN"}
 	labelOnly = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// byName is a matcher on the metric name, `{__name__=~"a|b"}`, which selects several
+	// metrics at once (a Grafana variable that draws on more than one).
+	byName = regexp.MustCompile(`\b__name__\s*=~?\s*"([^"]*)"`)
 )
 
 // Metrics lists the metric names expr selects: the identifiers left once strings, label
 // matchers, ranges and grouping clauses are gone, that are neither keywords nor called as
-// functions, nor parts of numbers, durations or Grafana variables.
+// functions, nor parts of numbers, durations or Grafana variables; and the names a
+// __name__ matcher lists (one name, or names joined by |).
 func Metrics(expr string) []string {
+	var names []string
+	for _, m := range byName.FindAllStringSubmatch(expr, -1) {
+		names = append(names, strings.Split(m[1], "|")...)
+	}
 	expr = strs.ReplaceAllString(expr, `""`)
 	expr = matchers.ReplaceAllString(expr, " ")
 	expr = grouping.ReplaceAllString(expr, " ")
-	var names []string
 	for _, loc := range ident.FindAllStringIndex(expr, -1) {
 		name := expr[loc[0]:loc[1]]
 		if loc[0] > 0 && strings.ContainsAny(expr[loc[0]-1:loc[0]], "0123456789.$") {
@@ -42,10 +49,11 @@ func Metrics(expr string) []string {
 
 // Labels lists the label names expr reads: those its matchers test and those its grouping
 // clauses (by, without, on, ignoring, group_left, group_right) name, each once, in order.
+// __name__ is left out: it names metrics, which Metrics lists.
 func Labels(expr string) []string {
 	var names []string
 	add := func(n string) {
-		if n != "" && labelOnly.MatchString(n) && !slices.Contains(names, n) {
+		if n != "" && n != "__name__" && labelOnly.MatchString(n) && !slices.Contains(names, n) {
 			names = append(names, n)
 		}
 	}

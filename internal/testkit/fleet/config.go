@@ -87,6 +87,9 @@ type Config struct {
 	// ShardKey is the gate's shard_key; empty means ShardKeyPath, the path segment after
 	// /gated, so that `/gated/<key>` routes by key (see ShardKeys).
 	ShardKey string
+	// MoreShardSets are shard sets the leader app has besides ShardSet, by name and shard
+	// count; no fixed route gates by them (Routes can, with leader_gate's shard_set).
+	MoreShardSets map[string]int
 }
 
 // ShardSet is the name of the shard set of a Config with Shards.
@@ -213,12 +216,19 @@ func (c Config) JSON(in *Instance) []byte {
 	if c.DrainTimeout != "" {
 		leaderApp["drain_timeout"] = c.DrainTimeout
 	}
+	sets := make(map[string]any)
 	if c.Shards > 0 {
 		set := map[string]any{"shards": c.Shards}
 		if c.MaxMoves > 0 {
 			set["max_moves"] = c.MaxMoves
 		}
-		leaderApp["shard_sets"] = map[string]any{ShardSet: set}
+		sets[ShardSet] = set
+	}
+	for name, n := range c.MoreShardSets {
+		sets[name] = map[string]any{"shards": n}
+	}
+	if len(sets) > 0 {
+		leaderApp["shard_sets"] = sets
 	}
 	if p, ok := c.Priority[in.ID]; ok {
 		leaderApp["priority"] = p
