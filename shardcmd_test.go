@@ -12,12 +12,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"go.uber.org/zap/zaptest"
 
-	"github.com/caddyleader/caddy-leader/elector"
-	"github.com/caddyleader/caddy-leader/etcdbackend"
 	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
-	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 	"github.com/caddyleader/caddy-leader/shards"
 )
@@ -149,14 +145,7 @@ func TestShardOperations(t *testing.T) {
 	}
 	cluster := etcdtest.Start(t, 1)
 	const prefix, count = "/shard-ops-test/", 8
-	backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: cluster.Endpoints(), Prefix: prefix, DialTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, peer := fleet.StartShardCandidate(t, elector.Config{
-		ID: "shard-b", URL: "http://shard-b.test:8080", TTL: 2 * time.Second, DrainTimeout: time.Second,
-		Backend: backend, Logger: zaptest.NewLogger(t).Named("shard-b"),
-	}, "rooms", count, DefaultMaxMoves)
+	_, peer := startShardPeer(t, cluster, prefix, "shard-b", count)
 	admin := fmt.Sprintf("127.0.0.1:%d", freeport.MustPick(t, 1)[0])
 	config := fmt.Sprintf(`{
 		"admin": {"listen": %q},

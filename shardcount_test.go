@@ -60,14 +60,7 @@ func TestShardCountMismatchStaysOut(t *testing.T) {
 	}
 	cluster := etcdtest.Start(t, 1)
 	const prefix = "/shard-count-test/"
-	backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: cluster.Endpoints(), Prefix: prefix, DialTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, peerSet := fleet.StartShardCandidate(t, elector.Config{
-		ID: "fleet", URL: "http://fleet.test:8080", TTL: 2 * time.Second, DrainTimeout: time.Second,
-		Backend: backend, Logger: zaptest.NewLogger(t).Named("fleet"),
-	}, "rooms", 4, DefaultMaxMoves)
+	peer, peerSet := startShardPeer(t, cluster, prefix, "fleet", 4)
 	if n, err := peer.FleetShardCount(t.Context(), "rooms", 4); n != 4 || err != nil {
 		t.Fatalf("the fleet published %d, %v", n, err)
 	}
@@ -174,4 +167,18 @@ func TestShardCountCannotChangeWithAReload(t *testing.T) {
 	if n := len(runningApp(t).shardSets["rooms"].elections); n != 4 || !leadsAll() {
 		t.Fatalf("after the refused reload the running set has %d shards (leading all: %v), want its 4", n, leadsAll())
 	}
+}
+
+// startShardPeer starts candidate id, outside Caddy, in shard set rooms of count shards on
+// cluster under prefix, with a ttl of 2s: a peer of the Caddy a test runs.
+func startShardPeer(t *testing.T, cluster *etcdtest.Cluster, prefix, id string, count int) (*elector.Candidate, []*elector.Election) {
+	t.Helper()
+	backend, err := etcdbackend.New(etcdbackend.Config{Endpoints: cluster.Endpoints(), Prefix: prefix, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fleet.StartShardCandidate(t, elector.Config{
+		ID: id, URL: "http://" + id + ".test:8080", TTL: 2 * time.Second, DrainTimeout: time.Second,
+		Backend: backend, Logger: zaptest.NewLogger(t).Named(id),
+	}, "rooms", count, DefaultMaxMoves)
 }

@@ -220,14 +220,11 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 }
 
 // logTermLocked logs the change from old to t, a term held under held (nil: not held by
-// this instance) after a term of before's (an instance id, "" if none is known): at INFO for a plain election, at DEBUG for a shard, whose moves its set's
-// MoveLog sums up instead. e.mu is held.
+// this instance) after a term of before's (an instance id, "" if none is known): at INFO
+// for a plain election, at DEBUG for a shard, whose moves its set's MoveLog sums up
+// instead. e.mu is held.
 func (e *Election) logTermLocked(old, t *Term, held *lease, before, reason string) {
 	moves := e.moveLog.Load()
-	fields := []zap.Field{
-		zap.String("election", e.name), zap.String("self", t.Self),
-		zap.String("leader", t.Leader.ID), zap.Int64("token", t.Token), zap.String("reason", reason),
-	}
 	var msg string
 	switch {
 	case held != nil && t.Settling && old.lease == nil:
@@ -256,5 +253,6 @@ func (e *Election) logTermLocked(old, t *Term, held *lease, before, reason strin
 	default:
 		return
 	}
-	e.logMove(msg, fields...)
+	e.logMove(msg, zap.String("election", e.name), zap.String("self", t.Self),
+		zap.String("leader", t.Leader.ID), zap.Int64("token", t.Token), zap.String("reason", reason))
 }
