@@ -36,6 +36,7 @@ type Store struct {
 	acks     map[string]map[int64]ack // election -> token -> acknowledgement
 	terms    map[string][][]byte      // election -> ended terms, oldest first
 	lastTerm map[string]int64         // election -> token of its newest term
+	jobs     map[string][]byte        // election + "\x00" + job -> record (jobs.Store)
 	down     error
 	changed  chan struct{} // closed and replaced on every write
 }
@@ -71,6 +72,7 @@ func NewStore() *Store {
 		acks:      make(map[string]map[int64]ack),
 		terms:     make(map[string][][]byte),
 		lastTerm:  make(map[string]int64),
+		jobs:      make(map[string][]byte),
 		changed:   make(chan struct{}),
 	}
 }
@@ -775,3 +777,36 @@ func (c *Client) Close() error {
 }
 
 var _ elector.Backend = (*Client)(nil)
+
+// JobRecord implements jobs.Store.
+func (c *Client) JobRecord(ctx context.Context, election, job string) ([]byte, error) {
+	if err := c.failing("JobRecord"); err != nil {
+		return nil, err
+	}
+	if err := c.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer c.s.mu.Unlock()
+	return clone(c.s.jobs[election+"\x00"+job]), nil
+}
+
+// PutJobRecord implements jobs.Store: the record is written only while election's key is
+// held under token.
+func (c *Client) PutJobRecord(ctx context.Context, election, job string, token int64, value []byte) (bool, error) {
+	if err := c.failing("PutJobRecord"); err != nil {
+		return false, err
+	}
+	if err := c.lock(ctx); err != nil {
+		return false, err
+	}
+	defer c.s.mu.Unlock()
+	if k, ok := c.s.keys[election]; !ok || k.token != token {
+		return false, nil
+	}
+	c.s.rev++
+	c.s.jobs[election+"\x00"+job] = clone(value)
+	if err := c.losing("PutJobRecord"); err != nil {
+		return false, err
+	}
+	return true, nil
+}
