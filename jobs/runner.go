@@ -51,14 +51,14 @@ const maxBackoff = time.Minute
 // admits, one run at a time, and records each slot's start and finish in the store under
 // that term's token (see the package comment of the record's rules in Store).
 type Runner struct {
-	spec   atomic.Pointer[Spec]
-	store  Store
-	cfg    Config
-	units  []*unit
-	kick   chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	spec    atomic.Pointer[Spec]
+	store   Store
+	cfg     Config
+	units   []*unit
+	kick    chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
 	runs    sync.WaitGroup
 	once    sync.Once
 	started atomic.Bool
