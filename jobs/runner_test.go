@@ -402,3 +402,85 @@ func TestRetriesAndTimeouts(t *testing.T) {
 		})
 	}
 }
+
+func TestAJobOnShardsRunsEachShardsSlotsUnderItsOwner(t *testing.T) {
+	t.Parallel()
+	const shards = 4
+	var mu sync.Mutex
+	var runs []jobs.Run
+	running := make(map[int]int)
+	action := func(_ context.Context, r jobs.Run) error {
+		mu.Lock()
+		running[r.Shard]++
+		if running[r.Shard] > 1 {
+			t.Errorf("two runs of shard %d at once", r.Shard)
+		}
+		runs = append(runs, r)
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		running[r.Shard]--
+		mu.Unlock()
+		return nil
+	}
+	s := electortest.NewStore()
+	s.RunClock(t, 5*time.Millisecond)
+	f := electortest.StartFleet(t, electortest.FleetOptions{
+		Size: 2, TTL: ttl, Election: "rooms.0", Now: s.Now,
+		Backend: func(testing.TB, int) elector.Backend { return s.Client() },
+	})
+	spec := jobs.Spec{Name: "sweep", Schedule: jobs.Every(100 * time.Millisecond), Action: action}
+	elections := make(map[string][]*elector.Election) // instance -> its shard elections
+	for _, m := range f.Members {
+		leads := []jobs.Lead{m.Election}
+		numbers := []int{0}
+		elections[m.ID] = []*elector.Election{m.Election}
+		for i := 1; i < shards; i++ {
+			e := m.Candidate.Election(fmt.Sprintf("rooms.%d", i))
+			e.Start()
+			leads = append(leads, e)
+			numbers = append(numbers, i)
+			elections[m.ID] = append(elections[m.ID], e)
+		}
+		r := jobs.NewRunner(spec, s.Client(), leads, numbers, jobs.Config{Instance: m.ID, Logger: zaptest.NewLogger(t).Named(m.ID)})
+		r.Start()
+		t.Cleanup(r.Stop)
+	}
+	count := func() map[int]map[time.Time]int {
+		per := make(map[int]map[time.Time]int)
+		for _, r := range runs {
+			if per[r.Shard] == nil {
+				per[r.Shard] = make(map[time.Time]int)
+			}
+			per[r.Shard][r.Slot]++
+		}
+		return per
+	}
+	f.Await("five slots of every shard", 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		per := count()
+		for i := range shards {
+			if len(per[i]) < 5 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for shard, slots := range count() {
+		for slot, n := range slots {
+			if n > 1 {
+				t.Errorf("shard %d: slot %s ran %d times", shard, slot, n)
+			}
+		}
+	}
+	for _, r := range runs {
+		e := elections[r.Instance][r.Shard]
+		if term := e.Term(); !term.Holds() || term.Token != r.Token || r.Election != e.Name() {
+			t.Errorf("shard %d ran on %s under token %d in %s; that instance's term there: holds %v, token %d",
+				r.Shard, r.Instance, r.Token, r.Election, term.Holds(), term.Token)
+		}
+	}
+}
