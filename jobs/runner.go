@@ -256,20 +256,19 @@ func (r *Runner) step(u *unit) (time.Duration, bool) {
 }
 
 // dueSlots counts the slots from first (a slot) up to now, and returns the newest of them.
-// It stops counting at a bound, so that a schedule of milliseconds after a day without a
-// leader does not take long: the count is then a lower bound.
+// An interval's are counted by division, so that a schedule of milliseconds after a day
+// without a leader costs nothing; a cron expression's (a minute apart at least) one by one.
 func dueSlots(s Schedule, first, now time.Time) (n int, newest time.Time) {
-	const bound = 1 << 20
+	if first.After(now) {
+		return 0, time.Time{}
+	}
+	if e, ok := s.(every); ok {
+		d := time.Duration(e)
+		k := now.Sub(first) / d
+		return int(k) + 1, first.Add(k * d)
+	}
 	for slot := first; !slot.After(now); slot = s.Next(slot) {
 		n, newest = n+1, slot
-		if n == bound {
-			// Jump to the newest slot directly.
-			last := s.Next(now.Add(-time.Nanosecond))
-			if last.After(now) {
-				break
-			}
-			return n, last
-		}
 	}
 	return n, newest
 }
