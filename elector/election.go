@@ -64,6 +64,8 @@ type Election struct {
 	transferHere []byte
 
 	fs electionFailsafe
+	// errands is what this instance does with the errands it is asked (errand.go).
+	errands errandSlot
 
 	// other is the newest term held by another instance, and ownPast the newest of this
 	// instance's that ended, for the history (see history.go).

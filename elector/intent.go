@@ -19,6 +19,7 @@ import (
 const (
 	intentResign   = "resign"
 	intentTransfer = "transfer"
+	intentErrand   = "errand" // see errand.go
 )
 
 // intent is a handover request as stored.
@@ -32,6 +33,8 @@ type intent struct {
 	HoldOff time.Duration `json:"hold_off,omitempty"`
 	// From names the instance that asked, for the logs.
 	From string `json:"from"`
+	// Errand is what an errand asks of the leader of term Token (see errand.go).
+	Errand json.RawMessage `json:"errand,omitempty"`
 }
 
 // ErrNotCandidate is returned by Transfer when the target takes no part in the election.
@@ -158,6 +161,11 @@ func (e *Election) followIntents(ctx context.Context) {
 
 func (e *Election) applyIntent(ctx context.Context, value []byte) {
 	if value == nil {
+		e.errands.pending.Store(nil)
+	} else {
+		e.errands.pending.Store(&value)
+	}
+	if value == nil {
 		e.setStandAside("")
 		e.mu.Lock()
 		e.transferHere = nil
@@ -171,6 +179,8 @@ func (e *Election) applyIntent(ctx context.Context, value []byte) {
 	}
 	t := e.Term()
 	switch in.Action {
+	case intentErrand:
+		e.doErrand(ctx, in, value)
 	case intentResign:
 		if t.Holds() && (in.Token == 0 || in.Token == t.Token) {
 			e.c.log().Info("resigning on request", zap.String("election", e.name), zap.String("requested_by", in.From))
