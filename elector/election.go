@@ -19,6 +19,12 @@ type Election struct {
 
 	term     atomic.Pointer[Term]
 	inflight atomic.Int64 // admitted gated requests that have not finished
+	// drainers counts the drains waiting for inflight to reach zero, and drainedMu guards
+	// drained, closed and replaced when it does while one waits: a request's Exit pays
+	// for the wake-up only then (see drain).
+	drainers  atomic.Int32
+	drainedMu sync.Mutex
+	drained   chan struct{}
 	// markKeys holds the MarkKeys of this instance's latest terms, newest first, so that
 	// a forwarded request can be told from a forged one even when it arrives after the
 	// term it was forwarded to has ended (it is then refused, not forwarded again).
@@ -112,6 +118,7 @@ func newElection(c *Candidate, name string) *Election {
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 		resync:  make(chan struct{}, 1),
+		drained: make(chan struct{}),
 
 		registry: newRegistryView(),
 	}
