@@ -68,6 +68,10 @@ type Election struct {
 	// winning the key completes it, and that intent is then cleared so that the others
 	// campaign again.
 	transferHere []byte
+	// intentSeen is the election's intent as this instance's watch of it last reported
+	// it (nil: none), and intentChanged is closed and replaced at every report.
+	intentSeen    []byte
+	intentChanged chan struct{}
 
 	fs electionFailsafe
 
@@ -119,6 +123,8 @@ func newElection(c *Candidate, name string) *Election {
 		done:    make(chan struct{}),
 		resync:  make(chan struct{}, 1),
 		drained: make(chan struct{}),
+
+		intentChanged: make(chan struct{}),
 
 		registry: newRegistryView(),
 	}
