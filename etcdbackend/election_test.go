@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/elector/electortest"
 	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 	"github.com/caddyleader/caddy-leader/internal/testkit/faultproxy"
 	fleetpkg "github.com/caddyleader/caddy-leader/internal/testkit/fleet"
@@ -140,23 +141,29 @@ func hostPort(url string) string {
 // which more than one node would admit a gated request.
 func (f *fleet) watchdog() {
 	defer close(f.done)
+	prev := f.sample()
 	for {
 		select {
 		case <-f.stop:
 			return
 		default:
 		}
-		leaders := 0
-		for _, n := range f.nodes {
-			if n.leading() {
-				leaders++
-			}
-		}
-		if leaders > 1 {
+		next := f.sample()
+		if electortest.Overlapped(prev, next) {
 			f.overlaps.Add(1)
 		}
+		prev = next
 		time.Sleep(200 * time.Microsecond)
 	}
+}
+
+// sample reads every node once, in order.
+func (f *fleet) sample() []electortest.Sample {
+	s := make([]electortest.Sample, len(f.nodes))
+	for i, n := range f.nodes {
+		s[i] = electortest.SampleOf(n.election)
+	}
+	return s
 }
 
 // waitLeader waits until exactly one of nodes leads and every one of them names it, and

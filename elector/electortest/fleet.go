@@ -104,17 +104,29 @@ func StartFleet(t testing.TB, o FleetOptions) *Fleet {
 
 func (f *Fleet) watchdog() {
 	defer close(f.done)
+	prev := f.sample()
 	for {
 		select {
 		case <-f.stop:
 			return
 		default:
 		}
-		if len(f.Leaders()) > 1 {
+		next := f.sample()
+		if Overlapped(prev, next) {
 			f.overlaps.Add(1)
 		}
+		prev = next
 		time.Sleep(500 * time.Microsecond)
 	}
+}
+
+// sample reads every member once, in order.
+func (f *Fleet) sample() []Sample {
+	s := make([]Sample, len(f.Members))
+	for i, m := range f.Members {
+		s[i] = SampleOf(m.Election)
+	}
+	return s
 }
 
 // Leaders lists the members that would admit a gated request now.
