@@ -3,6 +3,7 @@ package pgbackend
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +87,40 @@ func waitForLockWait[T any](t *testing.T, ctx context.Context, b *Backend, done 
 		if waiting > 0 {
 			return
 		}
+	}
+}
+
+// TestJobRecordNamesAMissingTable: a schema managed by hand (skip_schema) that predates the
+// jobs table fails a job's record read and write with the table's name and what to do;
+// elections work on.
+func TestJobRecordNamesAMissingTable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	server := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, _, err := newBackend(t, Config{DSN: server.DSN()}).Grant(ctx, time.Minute); err != nil {
+		t.Fatal(err) // creates the tables
+	}
+	server.Exec(t, `DROP TABLE caddy_leader_jobs`)
+	b := newBackend(t, Config{DSN: server.DSN(), SkipSchema: true})
+	_, o := win(t, ctx, b, "old-schema", "v", time.Minute)
+	const want = "table caddy_leader_jobs is missing: run pgbackend.Schema's statements again"
+	for _, tc := range []struct {
+		name string
+		do   func() error
+	}{
+		{"read", func() error { _, err := b.JobRecord(ctx, "old-schema", "backup"); return err }},
+		{"write", func() error {
+			_, err := b.PutJobRecord(ctx, "old-schema", "backup", o.Holder.Token, []byte("1"))
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.do(); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %v; want one that says %q", err, want)
+			}
+		})
 	}
 }
