@@ -9,10 +9,12 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
 	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
+	"github.com/caddyleader/caddy-leader/jobs/jobstest"
 )
 
-// TestConformance runs the store-neutral suite against a real single-member etcd, with
-// elections on their own and grouped (a shard set's, whose heartbeats share a beacon).
+// TestConformance runs the store-neutral suites (the elector's, and the job records') against
+// a real single-member etcd, with elections on their own and grouped (a shard set's, whose
+// heartbeats share a beacon).
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd")
@@ -44,9 +46,13 @@ func TestConformance(t *testing.T) {
 			}
 		}
 	}
-	t.Run("alone", func(t *testing.T) { electortest.Run(t, harness("")) })
+	t.Run("alone", func(t *testing.T) {
+		electortest.Run(t, harness(""))
+		jobstest.Run(t, harness(""))
+	})
 	t.Run("grouped", func(t *testing.T) {
 		electortest.Run(t, harness("grouped"))
 		electortest.RunGrouped(t, harness("grouped"))
+		jobstest.Run(t, harness("grouped"))
 	})
 }

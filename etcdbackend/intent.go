@@ -21,8 +21,9 @@ import (
 // to resign or hand over: <key>/intent, and <key>/candidates/<id>/<lease> for each live
 // candidate (keyed by lease too, so that two processes given one instance id by mistake
 // never overwrite, and then expire, each other's entry); and <key>/released/<token>, by
-// which the holder of a term acknowledges its end. They are
-// never mistaken for an election: election names cannot contain a slash.
+// which the holder of a term acknowledges its end. <key>/history (history.go) and
+// <key>/jobs/<job> (jobs.go) live there too. They are never mistaken for an election:
+// election names cannot contain a slash.
 
 func (b *Backend) intentKey(election string) string { return b.Key(election) + "/intent" }
 

@@ -10,12 +10,13 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
 	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
+	"github.com/caddyleader/caddy-leader/jobs/jobstest"
 )
 
-// TestConformance runs the store-neutral suite against a real PostgreSQL: with LISTEN,
-// with watches left to polling, and behind PgBouncer in transaction mode (polling too);
-// each with elections on their own and grouped (a shard set's, whose heartbeats share a
-// beacon and whose watches share a read).
+// TestConformance runs the store-neutral suites (the elector's, and the job records')
+// against a real PostgreSQL: with LISTEN, with watches left to polling, and behind
+// PgBouncer in transaction mode (polling too); each with elections on their own and
+// grouped (a shard set's, whose heartbeats share a beacon and whose watches share a read).
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
@@ -56,10 +57,14 @@ func TestConformance(t *testing.T) {
 					}
 				}
 			}
-			t.Run("alone", func(t *testing.T) { electortest.Run(t, harness("")) })
+			t.Run("alone", func(t *testing.T) {
+				electortest.Run(t, harness(""))
+				jobstest.Run(t, harness(""))
+			})
 			t.Run("grouped", func(t *testing.T) {
 				electortest.Run(t, harness("grouped"))
 				electortest.RunGrouped(t, harness("grouped"))
+				jobstest.Run(t, harness("grouped"))
 			})
 		})
 	}

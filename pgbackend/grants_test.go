@@ -13,7 +13,8 @@ import (
 
 // TestDocumentedGrantsSuffice runs the role and grants docs/postgres.md gives, on tables a
 // superuser created, and a term as that role: campaign, heartbeat, handover mark, release,
-// and a campaign after the sequence went back, which moves it on (setval).
+// a job's record written and read, and a campaign after the sequence went back, which moves
+// it on (setval).
 func TestDocumentedGrantsSuffice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
@@ -44,6 +45,12 @@ func TestDocumentedGrantsSuffice(t *testing.T) {
 		if ok, err := b.Update(ctx, "grants", o.Holder.Token, []byte(value)); err != nil || !ok {
 			t.Fatalf("Update(%q) = %v, %v", value, ok, err)
 		}
+	}
+	if ok, err := b.PutJobRecord(ctx, "grants", "backup", o.Holder.Token, []byte("record")); err != nil || !ok {
+		t.Fatalf("PutJobRecord = %v, %v", ok, err)
+	}
+	if got, err := b.JobRecord(ctx, "grants", "backup"); err != nil || string(got) != "record" {
+		t.Fatalf("JobRecord = %q, %v", got, err)
 	}
 	if err := b.Release(ctx, "grants", o.Holder.Token, lease, elector.EndedResigned); err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ var prefixPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // names are the store's SQL object names for one prefix. Prefix is checked against
 // prefixPattern, so the names can be put into statements as they are.
 type names struct {
-	seq, next, fenced, prev, leases, elections, vacated, intents, candidates, acks, history, notify, channel string
+	seq, next, fenced, prev, leases, elections, vacated, intents, candidates, acks, history, jobs, notify, channel string
 }
 
 func newNames(prefix string) names {
@@ -37,6 +37,7 @@ func newNames(prefix string) names {
 		notify:     prefix + "notify",
 		channel:    prefix + "changes",
 		history:    prefix + "history",
+		jobs:       prefix + "jobs",
 	}
 }
 
@@ -77,7 +78,8 @@ func Schema(prefix string) (string, error) {
 //     revision is below. The column and the leases' trigger are added only where missing:
 //     ALTER TABLE and CREATE TRIGGER lock the table against every renewal, and each
 //     instance runs these statements when it starts.
-//   - The history of terms is bound to no lease: it outlives every instance.
+//   - The history of terms is bound to no lease: it outlives every instance. So are the
+//     records of scheduled jobs (<prefix>jobs, see jobs.go).
 //   - <prefix>vacated keeps, per election, the key as it was when its row was last deleted
 //     (by triggers, so an operator's DELETE or TRUNCATE and a lease's cascade count too).
 //     It also names the term before a new one (Observation.Prev). A watch
@@ -220,7 +222,7 @@ CREATE OR REPLACE TRIGGER %[5]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[5]s
 CREATE OR REPLACE TRIGGER %[6]s_notify AFTER INSERT OR UPDATE OR DELETE ON %[6]s
 	FOR EACH ROW EXECUTE FUNCTION %[8]s_tagged('c');
 `, n.seq, n.next, n.leases, n.elections, n.intents, n.candidates, n.acks, n.notify, n.channel, "name", n.history, n.vacated) +
-		fenceSchema(n)
+		fenceSchema(n) + jobsSchema(n)
 }
 
 // createSchema runs the DDL. Candidates that start together race to create the same

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/jobs"
 )
 
 // Store is an in-memory coordination store with etcd's model: one revision counter for every
@@ -810,3 +811,5 @@ func (c *Client) PutJobRecord(ctx context.Context, election, job string, token i
 	}
 	return true, nil
 }
+
+var _ jobs.Store = (*Client)(nil)

@@ -8,11 +8,13 @@ import (
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
+	"github.com/caddyleader/caddy-leader/jobs/jobstest"
 	"github.com/caddyleader/caddy-leader/kubernetes/internal/kubetest"
 )
 
-// TestConformance runs the store-neutral suite against a real kube-apiserver, with
-// elections on their own and grouped (a shard set's, whose heartbeats share a beacon).
+// TestConformance runs the store-neutral suites (the elector's, and the job records')
+// against a real kube-apiserver, with elections on their own and grouped (a shard set's,
+// whose heartbeats share a beacon).
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts kube-apiserver")
@@ -44,9 +46,13 @@ func TestConformance(t *testing.T) {
 			}
 		}
 	}
-	t.Run("alone", func(t *testing.T) { electortest.Run(t, harness("", 2*time.Second)) })
+	t.Run("alone", func(t *testing.T) {
+		electortest.Run(t, harness("", 2*time.Second))
+		jobstest.Run(t, harness("", 2*time.Second))
+	})
 	t.Run("grouped", func(t *testing.T) {
 		electortest.Run(t, harness("Grouped", 2*time.Second))
+		jobstest.Run(t, harness("Grouped", 2*time.Second))
 		// Sixteen campaigns, each a few requests, under a lease nobody renews: a longer
 		// TTL keeps the lease alive through them on a busy machine.
 		electortest.RunGrouped(t, harness("Grouped", 10*time.Second))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -232,11 +233,31 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if ok, handled, err := b.beatGrouped(ctx, election, token, value); handled {
 		return ok, err
 	}
+	ok, err := b.updateHeld(ctx, election, token, 0, func(obj *coordv1.Lease) {
+		obj.Annotations[annValue] = base64.StdEncoding.EncodeToString(value)
+		b.labelGroup(obj, election)
+		// The API server skips an update that changes nothing, and then no watcher hears of
+		// it; the elector's heartbeats rewrite the same value and must be seen. renewTime
+		// makes every update a write (and tells kubectl's readers when the holder last beat).
+		now := metav1.NowMicro()
+		obj.Spec.RenewTime = &now
+	})
+	if ok {
+		b.written.Rewrote(election, token, value)
+	}
+	return ok, err
+}
+
+// updateHeld reads election's object and, if it holds term token, writes it back changed
+// by change, at the resourceVersion read: a write that loses to another (a conflict) reads
+// again, at most tries times (no bound if 0). It reports whether it wrote; an error after
+// a write is the rewind check's.
+func (b *Backend) updateHeld(ctx context.Context, election string, token int64, tries int, change func(*coordv1.Lease)) (bool, error) {
 	leases, err := b.client()
 	if err != nil {
 		return false, err
 	}
-	for {
+	for try := 1; tries == 0 || try <= tries; try++ {
 		o, obj, err := b.read(ctx, election)
 		if err != nil {
 			return false, err
@@ -245,13 +266,7 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 			return false, nil
 		}
 		obj = obj.DeepCopy()
-		obj.Annotations[annValue] = base64.StdEncoding.EncodeToString(value)
-		b.labelGroup(obj, election)
-		// The API server skips an update that changes nothing, and then no watcher hears of
-		// it; the elector's heartbeats rewrite the same value and must be seen. renewTime
-		// makes every update a write (and tells kubectl's readers when the holder last beat).
-		now := metav1.NowMicro()
-		obj.Spec.RenewTime = &now
+		change(obj)
 		at := b.revs.mark()
 		got, err := leases.Update(ctx, obj, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
@@ -260,9 +275,9 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 		if err != nil {
 			return false, b.describe("update", err)
 		}
-		b.written.Rewrote(election, token, value)
 		return true, b.revs.check(at, got.ResourceVersion)
 	}
+	return false, fmt.Errorf("kubernetes: lease %s kept changing under %d writes", b.electionName(election), tries)
 }
 
 // Release implements elector.Backend. A term that still holds the key is acknowledged in

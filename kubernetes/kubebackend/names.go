@@ -14,7 +14,7 @@ import (
 // apart by labels (selectable) and annotations (free text):
 //
 //	<prefix>lease-<id>              a candidate's lease (Grant); Renew rewrites it
-//	<prefix><election>-<hash>       the election: holder, token, value
+//	<prefix><election>-<hash>       the election: holder, token, value, job records (jobs.go)
 //	<prefix><election>-<hash>-intent, -history, -ack-<token>, -c-<hash of id>
 //	<prefix><group>-<hash>-beacon-<id>  lease <id>'s heartbeats in a group (beacon.go)
 //
