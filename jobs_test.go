@@ -1,0 +1,245 @@
+package caddyleader
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/elector/electortest"
+	"github.com/caddyleader/caddy-leader/jobs"
+)
+
+func init() {
+	caddy.RegisterModule(memoryStoreModule{})
+}
+
+// memoryStores are the in-memory stores the test store module serves, by name.
+var memoryStores sync.Map // string -> *electortest.Store
+
+// memoryStoreModule is `leader.stores.memory_test`, a store of the tests only: the
+// in-memory store of elector/electortest registered under a name, so that a whole config
+// (jobs included) can be loaded without a store server.
+type memoryStoreModule struct {
+	Name string `json:"name"`
+}
+
+func (memoryStoreModule) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "leader.stores.memory_test", New: func() caddy.Module { return new(memoryStoreModule) }}
+}
+
+func (m memoryStoreModule) StoreKey() string { return "memory_test:" + m.Name }
+
+func (m memoryStoreModule) NewBackend(*zap.Logger) (elector.Backend, error) {
+	s, ok := memoryStores.Load(m.Name)
+	if !ok {
+		return nil, fmt.Errorf("no memory store %q", m.Name)
+	}
+	return s.(*electortest.Store).Client(), nil
+}
+
+// newMemoryStore makes an in-memory store that configs name as {"module": "memory_test",
+// "name": <the test's name>}.
+func newMemoryStore(t *testing.T) (*electortest.Store, string) {
+	t.Helper()
+	s := electortest.NewStore()
+	name := t.Name()
+	memoryStores.Store(name, s)
+	t.Cleanup(func() { memoryStores.Delete(name) })
+	return s, name
+}
+
+// jobService is the service a job calls: it records every request, and holds each one
+// until release is closed if hold is set.
+type jobService struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests []*http.Request
+	bodies   []string
+	inFlight int
+	maxIn    int
+	hold     chan struct{}
+	arrived  chan struct{}
+	status   int
+	// cancelled counts the held requests whose client gave up before release.
+	cancelled int
+}
+
+func newJobService(t *testing.T) *jobService {
+	s := &jobService{arrived: make(chan struct{}, 100), status: http.StatusOK}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.requests = append(s.requests, r)
+		s.bodies = append(s.bodies, string(body))
+		s.inFlight++
+		s.maxIn = max(s.maxIn, s.inFlight)
+		hold, status := s.hold, s.status
+		s.mu.Unlock()
+		s.arrived <- struct{}{}
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				s.mu.Lock()
+				s.cancelled++
+				s.mu.Unlock()
+			}
+		}
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+		w.WriteHeader(status)
+		fmt.Fprint(w, strings.Repeat("x", 600))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *jobService) seen() ([]*http.Request, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*http.Request(nil), s.requests...), s.maxIn
+}
+
+// TestJobRequest: the request of one attempt, its placeholders and headers, and what
+// counts as success.
+func TestJobRequest(t *testing.T) {
+	svc := newJobService(t)
+	slot := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
+	run := jobs.Run{Job: "cleanup", Election: "rooms.3", Shard: 3, Slot: slot, Token: 42, Instance: "node-a", Attempt: 2, Missed: 1, Rerun: true}
+	req := &JobRequest{
+		Method:  http.MethodPost,
+		URL:     svc.URL + "/jobs/{http.leader.job.name}?shard={http.leader.shard}&at={http.leader.job.slot_unix}",
+		Headers: http.Header{"X-Fencing-Token": {"{http.leader.token}"}},
+		Body:    "{http.leader.election} {http.leader.self} {http.leader.job.slot} {http.leader.job.attempt} {http.leader.job.missed} {http.leader.job.rerun} {http.leader.job.manual}",
+	}
+	if err := req.action()(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	reqs, _ := svc.seen()
+	got := reqs[0]
+	for _, c := range []struct{ what, got, want string }{
+		{"method", got.Method, http.MethodPost},
+		{"path", got.URL.Path, "/jobs/cleanup"},
+		{"query", got.URL.RawQuery, fmt.Sprintf("shard=3&at=%d", slot.Unix())},
+		{"X-Fencing-Token", got.Header.Get("X-Fencing-Token"), "42"},
+		{"body", svc.bodies[0], "rooms.3 node-a 2026-11-28T03:00:00Z 2 1 true false"},
+		{headerJob, got.Header.Get(headerJob), "cleanup"},
+		{headerJobSlot, got.Header.Get(headerJobSlot), "2026-11-28T03:00:00Z"},
+		{headerToken, got.Header.Get(headerToken), "42"},
+		{headerInstance, got.Header.Get(headerInstance), "node-a"},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			if c.got != c.want {
+				t.Errorf("%q, want %q", c.got, c.want)
+			}
+		})
+	}
+
+	t.Run("a_job_on_an_election_has_no_shard", func(t *testing.T) {
+		r := &JobRequest{URL: svc.URL + "/?shard={http.leader.shard}"}
+		if err := r.action()(context.Background(), jobs.Run{Shard: -1}); err != nil {
+			t.Fatal(err)
+		}
+		reqs, _ := svc.seen()
+		if got := reqs[len(reqs)-1]; got.Method != http.MethodGet || got.URL.RawQuery != "shard=" {
+			t.Errorf("%s ?%s, want GET ?shard=", got.Method, got.URL.RawQuery)
+		}
+	})
+	t.Run("a_non_2xx_answer_fails_with_the_start_of_its_body", func(t *testing.T) {
+		svc.mu.Lock()
+		svc.status = http.StatusConflict
+		svc.mu.Unlock()
+		err := (&JobRequest{URL: svc.URL}).action()(context.Background(), jobs.Run{Shard: -1})
+		if err == nil || !strings.Contains(err.Error(), "HTTP 409") {
+			t.Fatalf("error %v, want one naming HTTP 409", err)
+		}
+		if !strings.HasSuffix(err.Error(), ": "+strings.Repeat("x", maxFailureBody)) {
+			t.Errorf("error %q, want it to end with the first %d bytes of the body", err, maxFailureBody)
+		}
+	})
+}
+
+// loadJobConfig loads a config whose leader app elects through the in-memory store
+// and runs the given jobs (JSON).
+func loadJobConfig(t *testing.T, storeName, jobsJSON string) {
+	t.Helper()
+	config := fmt.Sprintf(`{"admin": {"disabled": true, "config": {"persist": false}},
+		"apps": {"leader": {"store": {"module": "memory_test", "name": %q}, "ttl": "1s",
+			"instance_id": "node-a", "advertise": "http://127.0.0.1:1", "jobs": %s}}}`, storeName, jobsJSON)
+	if err := caddy.Load([]byte(config), true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJobRunsOnLeader: a loaded config's job sends its request from the leader, under the
+// election's term.
+func TestJobRunsOnLeader(t *testing.T) {
+	_, store := newMemoryStore(t)
+	svc := newJobService(t)
+	loadJobConfig(t, store, fmt.Sprintf(`{"tick": {"every": "50ms", "request": {"url": %q}}}`, svc.URL+"/tick"))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	select {
+	case <-svc.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job never ran")
+	}
+	reqs, _ := svc.seen()
+	e := runningElections()[DefaultElection]
+	if got, want := reqs[0].Header.Get(headerToken), fmt.Sprint(e.Term().Token); got != want || want == "0" {
+		t.Errorf("%s %s, want the term's token %s", headerToken, got, want)
+	}
+}
+
+// TestJobReloadDuringRun: a reload while a run is under way keeps the job's runner: the
+// run goes on (it is not cancelled) and no second run of the job starts beside it, and
+// the next run has the new config's request.
+func TestJobReloadDuringRun(t *testing.T) {
+	_, store := newMemoryStore(t)
+	svc := newJobService(t)
+	release := make(chan struct{})
+	svc.hold = release
+	job := func(header string) string {
+		return fmt.Sprintf(`{"tick": {"every": "20ms", "request": {"url": %q, "headers": {"X-Config": [%q]}}}}`, svc.URL, header)
+	}
+	loadJobConfig(t, store, job("first"))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	select {
+	case <-svc.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job never ran")
+	}
+	loadJobConfig(t, store, job("second"))
+	// Slots come every 20ms while the first run is held: had the reload made a second
+	// runner, it would send a request now.
+	var count int
+	jobRunners.Range(func(any, any) bool { count++; return true })
+	if count != 1 {
+		t.Errorf("%d runners after the reload, want 1", count)
+	}
+	svc.mu.Lock()
+	svc.hold = nil
+	svc.mu.Unlock()
+	close(release)
+	waitUntil(t, "a run with the new config", func() bool {
+		reqs, _ := svc.seen()
+		return reqs[len(reqs)-1].Header.Get("X-Config") == "second"
+	})
+	_, maxIn := svc.seen()
+	if maxIn != 1 {
+		t.Errorf("%d requests of the job at once, want 1", maxIn)
+	}
+	if svc.cancelled != 0 {
+		t.Errorf("the run under way at the reload was cancelled")
+	}
+}
