@@ -26,7 +26,7 @@ func init() {
 // memoryStores are the in-memory stores the test store module serves, by name.
 var memoryStores sync.Map // string -> *electortest.Store
 
-// memoryStoreModule is `leader.stores.test.memory`, a store of the tests only: the
+// memoryStoreModule is `leader.stores.jobs_test_.memory`, a store of the tests only: the
 // in-memory store of elector/electortest registered under a name, so that a whole config
 // (jobs included) can be loaded without a store server. Its id is one level below the
 // stores' namespace, so that the lists of stores (caddy.GetModules) do not show it.
@@ -35,10 +35,10 @@ type memoryStoreModule struct {
 }
 
 func (memoryStoreModule) CaddyModule() caddy.ModuleInfo {
-	return caddy.ModuleInfo{ID: "leader.stores.test.memory", New: func() caddy.Module { return new(memoryStoreModule) }}
+	return caddy.ModuleInfo{ID: "leader.stores.jobs_test_.memory", New: func() caddy.Module { return new(memoryStoreModule) }}
 }
 
-func (m memoryStoreModule) StoreKey() string { return "test.memory:" + m.Name }
+func (m memoryStoreModule) StoreKey() string { return "jobs_test_.memory:" + m.Name }
 
 func (m memoryStoreModule) NewBackend(*zap.Logger) (elector.Backend, error) {
 	s, ok := memoryStores.Load(m.Name)
@@ -48,7 +48,7 @@ func (m memoryStoreModule) NewBackend(*zap.Logger) (elector.Backend, error) {
 	return s.(*electortest.Store).Client(), nil
 }
 
-// newMemoryStore makes an in-memory store that configs name as {"module": "test.memory",
+// newMemoryStore makes an in-memory store that configs name as {"module": "jobs_test_.memory",
 // "name": <the test's name>}.
 func newMemoryStore(t *testing.T) (*electortest.Store, string) {
 	t.Helper()
@@ -176,7 +176,7 @@ func TestJobRequest(t *testing.T) {
 func loadJobConfig(t *testing.T, storeName, jobsJSON string) {
 	t.Helper()
 	config := fmt.Sprintf(`{"admin": {"disabled": true, "config": {"persist": false}},
-		"apps": {"leader": {"store": {"module": "test.memory", "name": %q}, "ttl": "1s",
+		"apps": {"leader": {"store": {"module": "jobs_test_.memory", "name": %q}, "ttl": "1s",
 			"instance_id": "node-a", "advertise": "http://127.0.0.1:1", "jobs": %s}}}`, storeName, jobsJSON)
 	if err := caddy.Load([]byte(config), true); err != nil {
 		t.Fatal(err)
