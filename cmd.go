@@ -24,7 +24,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "leader",
-		Usage: "status|shards|history|resign|transfer [--election <name>] [--address <interface>] [--config <path> [--adapter <name>]]",
+		Usage: "status|shards|history|resign|transfer|jobs [--election <name>] [--address <interface>] [--config <path> [--adapter <name>]]",
 		Short: "Shows and steers this instance's leader elections",
 		Long: `
 Talks to the admin API of the running Caddy instance (the leader endpoints
@@ -36,6 +36,8 @@ the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
   caddy leader history [--election <name>] [--json]
   caddy leader resign [--election <name> | --shards <set>] [--hold-off <duration>]
   caddy leader transfer --to <instance_id> [--election <name>] [--timeout <duration>]
+  caddy leader jobs [--json]
+  caddy leader jobs run <job> [--shard <n>]
 
 --election may be left out when the instance takes part in one election only
 (status then lists every election).
@@ -57,7 +59,7 @@ time, and it said so), or crashed (no word from it: killed, hung or cut off).
 				if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 					return c.Help()
 				}
-				return fmt.Errorf("unknown subcommand %q for %q: use status, shards, history, resign or transfer (see 'caddy leader --help')", args[0], c.CommandPath())
+				return fmt.Errorf("unknown subcommand %q for %q: use status, shards, history, resign, transfer or jobs (see 'caddy leader --help')", args[0], c.CommandPath())
 			}
 			cmd.AddCommand(leaderSubcommand("status", "[--election <name>] [--json]", "Lists the elections this instance takes part in",
 				func(c *cobra.Command) { c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table") },
@@ -93,6 +95,7 @@ time, and it said so), or crashed (no word from it: killed, hung or cut off).
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderTransfer(out, addr, fl.String("election"), fl.String("to"), fl.String("timeout"), fl.Bool("force"))
 				}))
+			cmd.AddCommand(jobsCommand())
 		},
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/jobs"
 )
 
@@ -217,7 +218,11 @@ var jobRunners = caddy.NewUsagePool()
 // pooledRunner is a job's runner as jobRunners keeps it.
 type pooledRunner struct {
 	*jobs.Runner
-	start sync.Once
+	name      string
+	elections []*elector.Election // what it runs under, in shard order
+	start     sync.Once
+	// config is the newest config's job, for the admin API's summary.
+	config atomic.Pointer[Job]
 	// observer is the newest config's, to emit the job's events with.
 	observer atomic.Pointer[candidateObserver]
 }
@@ -248,14 +253,18 @@ func (a *App) provisionJobs() error {
 		if store == nil {
 			return fmt.Errorf("jobs: %s: the store (%T) keeps no job records, so it cannot run jobs", name, a.backend)
 		}
-		leads, shardNums, where, err := a.jobLeads(j)
+		elections, shardNums, where, err := a.jobLeads(j)
 		if err != nil {
 			return fmt.Errorf("jobs: %s: %v", name, err)
 		}
 		key, _ := json.Marshal([]string{a.poolKey, where, name})
 		spec := j.spec(name)
 		val, loaded, err := jobRunners.LoadOrNew(string(key), func() (caddy.Destructor, error) {
-			p := new(pooledRunner)
+			p := &pooledRunner{name: name, elections: elections}
+			leads := make([]jobs.Lead, len(elections))
+			for i, e := range elections {
+				leads[i] = e
+			}
 			p.Runner = jobs.NewRunner(spec, store, leads, shardNums, jobs.Config{
 				Instance: a.InstanceID,
 				Logger:   caddy.Log().Named("leader.jobs"),
@@ -271,22 +280,23 @@ func (a *App) provisionJobs() error {
 			j.runner.Update(spec)
 		}
 		j.runner.observer.Store(a.observer)
+		j.runner.config.Store(j)
 	}
 	return nil
 }
 
 // jobLeads joins what job j runs under: its election, or every shard of its set. where
 // names it in the runner's pool key.
-func (a *App) jobLeads(j *Job) (leads []jobs.Lead, shardNums []int, where string, err error) {
+func (a *App) jobLeads(j *Job) (leads []*elector.Election, shardNums []int, where string, err error) {
 	if j.ShardSet != "" {
 		set, err := a.shardSet(j.ShardSet)
 		if err != nil {
 			return nil, nil, "", fmt.Errorf("shard_set: %v", err)
 		}
-		for i, e := range set.elections {
-			leads, shardNums = append(leads, e), append(shardNums, i)
+		for i := range set.elections {
+			shardNums = append(shardNums, i)
 		}
-		return leads, shardNums, "shard_set " + j.ShardSet, nil
+		return set.elections, shardNums, "shard_set " + j.ShardSet, nil
 	}
 	if j.Election == "" {
 		j.Election = DefaultElection
@@ -294,7 +304,7 @@ func (a *App) jobLeads(j *Job) (leads []jobs.Lead, shardNums []int, where string
 	if err := a.checkNotShard(j.Election); err != nil {
 		return nil, nil, "", fmt.Errorf("election: %v", err)
 	}
-	return []jobs.Lead{a.election(j.Election)}, nil, "election " + j.Election, nil
+	return []*elector.Election{a.election(j.Election)}, nil, "election " + j.Election, nil
 }
 
 // checkJobName checks a job's name: it is a path segment of the admin API and a label.
@@ -328,6 +338,18 @@ func (a *App) cleanupJobs() error {
 		j.poolKey = ""
 	}
 	return firstErr
+}
+
+// runningJobs are the runners of every loaded config, by job name; a job that a reload
+// moved to another election (or candidacy) has two while both configs are loaded.
+func runningJobs() map[string][]*pooledRunner {
+	found := make(map[string][]*pooledRunner)
+	jobRunners.Range(func(_, v any) bool {
+		p := v.(*pooledRunner)
+		found[p.name] = append(found[p.name], p)
+		return true
+	})
+	return found
 }
 
 // Interface guards

@@ -13,9 +13,12 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
+	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
+	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 	"github.com/caddyleader/caddy-leader/jobs"
 )
 
@@ -242,5 +245,83 @@ func TestJobReloadDuringRun(t *testing.T) {
 	}
 	if svc.cancelled != 0 {
 		t.Errorf("the run under way at the reload was cancelled")
+	}
+}
+
+// TestJobsOperate: the admin API and `caddy leader jobs` list the jobs and run one now on
+// the leader, which counts it and emits its events; elsewhere they say why not.
+func TestJobsOperate(t *testing.T) {
+	mem, store := newMemoryStore(t)
+	svc := newJobService(t)
+	recorded.Lock()
+	recorded.events = nil
+	recorded.Unlock()
+	// node-b leads election `elsewhere` before this instance joins it.
+	_, es := fleet.StartCandidate(t, elector.Config{ID: "node-b", URL: "http://node-b.test", TTL: time.Second,
+		DrainTimeout: time.Second, Backend: mem.Client(), Logger: zaptest.NewLogger(t)}, "elsewhere")
+	waitUntil(t, "node-b leads elsewhere", func() bool { return es[0].Term().Holds() })
+	adminPort := freeport.MustPick(t, 1)[0]
+	admin := fmt.Sprintf("127.0.0.1:%d", adminPort)
+	config := fmt.Sprintf(`{"admin": {"listen": %q},
+		"apps": {
+			"leader": {"store": {"module": "jobs_test_.memory", "name": %q}, "ttl": "1s",
+				"instance_id": "node-a", "advertise": "http://127.0.0.1:1", "jobs": {
+					"report": {"every": "1h", "request": {"method": "POST", "url": %q}},
+					"remote": {"every": "1h", "election": "elsewhere", "request": {"url": %q}}}},
+			"events": {"subscriptions": [{
+				"events": [%q, %q],
+				"handlers": [{"handler": "leader_test_recorder"}]}]}}}`,
+		admin, store, svc.URL+"/report?manual={http.leader.job.manual}", svc.URL, EventJobStarted, EventJobFinished)
+	if err := caddy.Load([]byte(config), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+
+	var out strings.Builder
+	waitUntil(t, "a run of report starts on demand", func() bool {
+		out.Reset()
+		return leaderRunJob(&out, admin, "report", -1) == nil
+	})
+	if !strings.Contains(out.String(), "job report: run started on node-a under default") {
+		t.Errorf("caddy leader jobs run printed %q", out.String())
+	}
+	finished := waitEvent(t, EventJobFinished)
+	if d := finished.Data; d["job"] != "report" || d["result"] != jobs.ResultOK || d["manual"] != true || d["self"] != "node-a" {
+		t.Errorf("%s data %v", EventJobFinished, d)
+	}
+	waitEvent(t, EventJobStarted)
+	if reqs, _ := svc.seen(); len(reqs) != 1 || reqs[0].URL.RawQuery != "manual=true" {
+		t.Errorf("the service saw %d requests, the first ?%s; want one, ?manual=true", len(reqs), reqs[0].URL.RawQuery)
+	}
+	if got := metric(t, adminPort, `caddy_leader_job_runs_total{job="report",result="ok"}`); got != 1 {
+		t.Errorf("caddy_leader_job_runs_total{job=report,result=ok} = %v, want 1", got)
+	}
+
+	t.Run("table", func(t *testing.T) {
+		var table strings.Builder
+		if err := leaderJobs(&table, admin, false); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"JOB", "report", "default", "remote", "elsewhere", "every 1h0m0s"} {
+			if !strings.Contains(table.String(), want) {
+				t.Errorf("the table lacks %q:\n%s", want, table.String())
+			}
+		}
+	})
+	for _, c := range []struct {
+		name, job string
+		shard     int
+		want      string
+	}{
+		{"unknown_job", "nightly", -1, `no job "nightly" is configured on this instance (HTTP 404)`},
+		{"shard_of_a_job_on_an_election", "report", 2, "runs on an election, not a shard set: leave shard out (HTTP 400)"},
+		{"another_instance_leads", "remote", -1, "node-b leads it: run it there (HTTP 409)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := leaderRunJob(io.Discard, admin, c.job, c.shard)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want one containing %q", err, c.want)
+			}
+		})
 	}
 }
