@@ -244,9 +244,7 @@ func leaderStatus(out io.Writer, adminAddr, election string, asJSON bool) error 
 		}
 	}
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(adminStatus{Elections: elections, ShardSets: sets})
+		return printJSON(out, adminStatus{Elections: elections, ShardSets: sets})
 	}
 	if len(elections) > 0 || len(sets) == 0 {
 		if err := printStatusTable(out, elections, time.Now()); err != nil {
@@ -316,9 +314,7 @@ func leaderShards(out io.Writer, adminAddr, set string, asJSON bool) error {
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return printJSON(out, st)
 	}
 	if err := printShardSetsTable(out, []ShardSetStatus{st}); err != nil {
 		return err
@@ -456,9 +452,7 @@ func leaderHistory(out io.Writer, adminAddr, election string, asJSON bool) error
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(h)
+		return printJSON(out, h)
 	}
 	if len(h.Terms) == 0 {
 		_, err := fmt.Fprintf(out, "election %s: no term has ended yet (the store keeps the terms that ended, with how and when)\n", election)
@@ -604,6 +598,13 @@ func leaderTransfer(out io.Writer, adminAddr, election, to, timeout string, forc
 		_, err = fmt.Fprintf(out, "warning: %s\n", result.Warning)
 	}
 	return err
+}
+
+// printJSON prints an admin API answer as indented JSON, for --json.
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // checkDurationFlag checks a duration flag before it is sent: a number without a unit is the

@@ -1,7 +1,6 @@
 package caddyleader
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -42,9 +41,7 @@ func leaderJobs(out io.Writer, adminAddr string, asJSON bool) error {
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(answer)
+		return printJSON(out, answer)
 	}
 	if len(answer.Jobs) == 0 {
 		_, err := fmt.Fprintln(out, "no scheduled job is configured (see `job` in the leader global option)")
