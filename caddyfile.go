@@ -120,15 +120,9 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 			return nil, d.Errf("leader: elections: %v", err)
 		}
 	}
-	for name, j := range app.Jobs {
-		if set := j.ShardSet; set != "" && app.ShardSets[set] == nil {
-			return nil, d.Errf("leader: job %s: shard_set: no shard set %q is configured (add `shards %s <count>`)", name, set, set)
-		}
-		if j.Election != "" {
-			if err := app.checkNotShard(j.Election); err != nil {
-				return nil, d.Errf("leader: job %s: election: %v", name, err)
-			}
-		}
+	// What a job's block alone cannot tell: whether its shard set is configured.
+	if err := app.checkJobs(); err != nil {
+		return nil, d.Errf("leader: %v", err)
 	}
 	return httpcaddyfile.App{Name: "leader", Value: caddyconfig.JSON(app, nil)}, nil
 }

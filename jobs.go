@@ -241,15 +241,6 @@ func (a *App) provisionJobs() error {
 	}
 	store, _ := a.backend.(jobs.Store)
 	for name, j := range a.Jobs {
-		if j == nil {
-			return fmt.Errorf("jobs: %s: empty; it needs a schedule and a request", name)
-		}
-		if err := checkJobName(name); err != nil {
-			return fmt.Errorf("jobs: %v", err)
-		}
-		if err := j.check(); err != nil {
-			return fmt.Errorf("jobs: %s: %v", name, err)
-		}
 		if store == nil {
 			return fmt.Errorf("jobs: %s: the store (%T) keeps no job records, so it cannot run jobs", name, a.backend)
 		}
@@ -285,6 +276,30 @@ func (a *App) provisionJobs() error {
 	return nil
 }
 
+// checkJobs names the first wrong field of a job (App.check).
+func (a *App) checkJobs() error {
+	for name, j := range a.Jobs {
+		if j == nil {
+			return fmt.Errorf("jobs: %s: empty; it needs a schedule and a request", name)
+		}
+		if err := checkJobName(name); err != nil {
+			return fmt.Errorf("jobs: %v", err)
+		}
+		if err := j.check(); err != nil {
+			return fmt.Errorf("jobs: %s: %v", name, err)
+		}
+		if set := j.ShardSet; set != "" && a.ShardSets[set] == nil {
+			return fmt.Errorf("jobs: %s: shard_set: no shard set %q is configured (add `shards %s <count>` to the global leader option)", name, set, set)
+		}
+		if j.Election != "" {
+			if err := a.checkNotShard(j.Election); err != nil {
+				return fmt.Errorf("jobs: %s: election: %v", name, err)
+			}
+		}
+	}
+	return nil
+}
+
 // jobLeads joins what job j runs under: its election, or every shard of its set. where
 // names it in the runner's pool key.
 func (a *App) jobLeads(j *Job) (leads []*elector.Election, shardNums []int, where string, err error) {
@@ -300,9 +315,6 @@ func (a *App) jobLeads(j *Job) (leads []*elector.Election, shardNums []int, wher
 	}
 	if j.Election == "" {
 		j.Election = DefaultElection
-	}
-	if err := a.checkNotShard(j.Election); err != nil {
-		return nil, nil, "", fmt.Errorf("election: %v", err)
 	}
 	return []*elector.Election{a.election(j.Election)}, nil, "election " + j.Election, nil
 }

@@ -2,6 +2,7 @@ package caddyleader
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -321,6 +322,50 @@ func TestJobsOperate(t *testing.T) {
 			err := leaderRunJob(io.Discard, admin, c.job, c.shard)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestJobProvisionErrors: a job's bad field is named, with the job's name, in JSON as in
+// the Caddyfile (whose parser runs the same checks, see the error_global_job_* goldens).
+func TestJobProvisionErrors(t *testing.T) {
+	_, store := newMemoryStore(t)
+	get := &JobRequest{URL: "http://127.0.0.1:9000/"}
+	tests := []struct {
+		name    string
+		jobs    map[string]*Job
+		sets    map[string]*ShardSet
+		wantErr string
+	}{
+		{name: "empty_job", jobs: map[string]*Job{"cleanup": nil}, wantErr: "jobs: cleanup: empty"},
+		{name: "name_with_slash", jobs: map[string]*Job{"a/b": {Every: caddy.Duration(time.Minute), Request: get}}, wantErr: `jobs: job name "a/b"`},
+		{name: "no_schedule", jobs: map[string]*Job{"cleanup": {Request: get}}, wantErr: "jobs: cleanup: every or cron: one is required"},
+		{name: "every_and_cron", jobs: map[string]*Job{"cleanup": {Every: caddy.Duration(time.Minute), Cron: "@daily", Request: get}}, wantErr: "jobs: cleanup: every and cron: give exactly one"},
+		{name: "every_below_a_millisecond", jobs: map[string]*Job{"cleanup": {Every: 10, Request: get}}, wantErr: "jobs: cleanup: every: 10ns is below a millisecond"},
+		{name: "time_zone_with_every", jobs: map[string]*Job{"cleanup": {Every: caddy.Duration(time.Minute), TimeZone: "UTC", Request: get}}, wantErr: "jobs: cleanup: time_zone: only with cron"},
+		{name: "cron_bad", jobs: map[string]*Job{"cleanup": {Cron: "0 3 * *", Request: get}}, wantErr: `jobs: cleanup: cron: cron expression "0 3 * *"`},
+		{name: "time_zone_unknown", jobs: map[string]*Job{"cleanup": {Cron: "@daily", TimeZone: "Mars/Olympus", Request: get}}, wantErr: "jobs: cleanup: time_zone: unknown time zone Mars/Olympus"},
+		{name: "no_request", jobs: map[string]*Job{"cleanup": {Every: caddy.Duration(time.Minute)}}, wantErr: "jobs: cleanup: request: required"},
+		{name: "request_without_url", jobs: map[string]*Job{"cleanup": {Every: caddy.Duration(time.Minute), Request: &JobRequest{}}}, wantErr: "jobs: cleanup: request: url: required"},
+		{name: "timeout_negative", jobs: map[string]*Job{"cleanup": {Every: caddy.Duration(time.Minute), Request: get, Timeout: caddy.Duration(-time.Second)}}, wantErr: "jobs: cleanup: timeout: -1s is negative"},
+		{name: "retry_backoff_negative", jobs: map[string]*Job{"cleanup": {Every: caddy.Duration(time.Minute), Request: get, RetryBackoff: caddy.Duration(-time.Second)}}, wantErr: "jobs: cleanup: retry_backoff: -1s is negative"},
+		{name: "overlap_unknown", jobs: map[string]*Job{"cleanup": {Every: caddy.Duration(time.Minute), Request: get, Overlap: "queue"}}, wantErr: `jobs: cleanup: overlap: "queue"`},
+		{name: "missed_unknown", jobs: map[string]*Job{"cleanup": {Every: caddy.Duration(time.Minute), Request: get, Missed: "all"}}, wantErr: `jobs: cleanup: missed: "all"`},
+		{name: "shard_set_unknown", jobs: map[string]*Job{"cleanup": {Every: caddy.Duration(time.Minute), Request: get, ShardSet: "rooms"}}, wantErr: `jobs: cleanup: shard_set: no shard set "rooms" is configured`},
+		{name: "election_is_a_shard", sets: map[string]*ShardSet{"rooms": {Shards: 2}},
+			jobs: map[string]*Job{"cleanup": {Every: caddy.Duration(time.Minute), Request: get, Election: "rooms.1"}}, wantErr: `jobs: cleanup: election: election name "rooms.1" clashes with shard set "rooms"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := App{StoreRaw: json.RawMessage(fmt.Sprintf(`{"module": "jobs_test_.memory", "name": %q}`, store)),
+				InstanceID: "node-a", Jobs: tt.jobs, ShardSets: tt.sets}
+			err := app.Provision(newProvisionContext(t))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("got error %v, want one containing %q", err, tt.wantErr)
+			}
+			if err := app.Cleanup(); err != nil {
+				t.Errorf("Cleanup after failed Provision: %v", err)
 			}
 		})
 	}

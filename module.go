@@ -382,6 +382,9 @@ func (a *App) check() error {
 			return err
 		}
 	}
+	if err := a.checkJobs(); err != nil {
+		return err
+	}
 	if a.StepDown != nil {
 		return a.StepDown.check()
 	}
