@@ -95,6 +95,8 @@ type Job struct {
 	name    string
 	poolKey string // in jobRunners, once joined
 	runner  *pooledRunner
+	runSpec jobs.Spec
+	kept    bool // the runner was running already, under an earlier config
 }
 
 // JobRequest is the HTTP request a job sends for every attempt of a run. Placeholders
@@ -252,6 +254,8 @@ func (a *App) provisionJobs() error {
 		spec := j.spec(name)
 		val, loaded, err := jobRunners.LoadOrNew(string(key), func() (caddy.Destructor, error) {
 			p := &pooledRunner{name: name, elections: elections}
+			p.config.Store(j)
+			p.observer.Store(a.observer)
 			leads := make([]jobs.Lead, len(elections))
 			for i, e := range elections {
 				leads[i] = e
@@ -267,11 +271,7 @@ func (a *App) provisionJobs() error {
 			return fmt.Errorf("jobs: %s: %v", name, err)
 		}
 		j.name, j.poolKey, j.runner = name, string(key), val.(*pooledRunner)
-		if loaded {
-			j.runner.Update(spec)
-		}
-		j.runner.observer.Store(a.observer)
-		j.runner.config.Store(j)
+		j.runSpec, j.kept = spec, loaded
 	}
 	return nil
 }
@@ -327,13 +327,21 @@ func checkJobName(name string) error {
 	return nil
 }
 
-// startJobs starts the runners of the config's jobs (a runner kept from the config before
-// runs on, untouched).
+// startJobs starts the runners of the config's jobs; a runner kept from the config before
+// runs on, with this config's spec from its next run.
 func (a *App) startJobs() {
 	for _, j := range a.Jobs {
-		if j.runner != nil {
-			j.runner.start.Do(j.runner.Start)
+		if j.runner == nil {
+			continue
 		}
+		// Only now, not in Provision: a config that fails to load after provisioning
+		// the app must leave the running job as the running config has it.
+		if j.kept {
+			j.runner.Update(j.runSpec)
+		}
+		j.runner.observer.Store(a.observer)
+		j.runner.config.Store(j)
+		j.runner.start.Do(j.runner.Start)
 	}
 }
 

@@ -370,3 +370,37 @@ func TestJobProvisionErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestJobFailedReloadKeepsSpec: a config that fails to load after its leader app has
+// provisioned leaves the running job as it was: its new request is never sent.
+func TestJobFailedReloadKeepsSpec(t *testing.T) {
+	_, store := newMemoryStore(t)
+	svc := newJobService(t)
+	config := func(header, routes string) []byte {
+		return []byte(fmt.Sprintf(`{"admin": {"disabled": true, "config": {"persist": false}},
+			"apps": {
+				"leader": {"store": {"module": "jobs_test_.memory", "name": %q}, "ttl": "1s",
+					"instance_id": "node-a", "shard_sets": {"rooms": {"shards": 2}}, "jobs": {
+						"tick": {"every": "20ms", "request": {"url": %q, "headers": {"X-Config": [%q]}}}}},
+				"http": {"servers": {"s": {"listen": ["127.0.0.1:0"], "routes": [%s]}}}}}`, store, svc.URL, header, routes))
+	}
+	if err := caddy.Load(config("first", ""), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	<-svc.arrived
+	// The gate provisions the leader app (it looks it up), then fails on its election.
+	bad := `{"handle": [{"handler": "leader_gate", "election": "rooms.1"}]}`
+	if err := caddy.Load(config("second", bad), true); err == nil || !strings.Contains(err.Error(), "rooms.1") {
+		t.Fatalf("loading the bad config: %v, want an error naming rooms.1", err)
+	}
+	reqs, _ := svc.seen()
+	seen := len(reqs)
+	waitUntil(t, "three more runs", func() bool { reqs, _ := svc.seen(); return len(reqs) >= seen+3 })
+	reqs, _ = svc.seen()
+	for i, r := range reqs {
+		if got := r.Header.Get("X-Config"); got != "first" {
+			t.Fatalf("request %d carries X-Config %q: the config that failed to load changed the job", i, got)
+		}
+	}
+}
