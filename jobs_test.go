@@ -18,6 +18,8 @@ import (
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
+	"github.com/caddyleader/caddy-leader/etcdbackend"
+	"github.com/caddyleader/caddy-leader/internal/testkit/etcdtest"
 	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
 	"github.com/caddyleader/caddy-leader/jobs"
@@ -402,5 +404,67 @@ func TestJobFailedReloadKeepsSpec(t *testing.T) {
 		if got := r.Header.Get("X-Config"); got != "first" {
 			t.Fatalf("request %d carries X-Config %q: the config that failed to load changed the job", i, got)
 		}
+	}
+}
+
+// TestJobOnEtcd: on a real etcd, the leader runs the job under its term's token and the
+// store keeps its record, which GET /leader/jobs reads back; once it resigns, it sends no
+// more requests and a run asked of it names the new leader.
+func TestJobOnEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and Caddy")
+	}
+	cluster := etcdtest.Start(t, 1)
+	probe, err := etcdbackend.New(etcdbackend.Config{Endpoints: cluster.Endpoints(), Prefix: "/jobs-test/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := any(probe).(jobs.Store); !ok {
+		t.Skip("etcdbackend keeps no job records in this build")
+	}
+	svc := newJobService(t)
+	adminPort := freeport.MustPick(t, 1)[0]
+	admin := fmt.Sprintf("127.0.0.1:%d", adminPort)
+	config := fmt.Sprintf(`{"admin": {"listen": %q},
+		"apps": {"leader": {"endpoints": [%q], "prefix": "/jobs-test/", "ttl": "2s", "drain_timeout": "1s",
+			"instance_id": "node-a", "advertise": "http://127.0.0.1:1", "jobs": {
+				"tick": {"every": "50ms", "election": "jobs-etcd", "request": {"url": %q}}}}}}`,
+		admin, cluster.Endpoint(0), svc.URL)
+	if err := caddy.Load([]byte(config), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	<-svc.arrived
+	e := runningElections()["jobs-etcd"]
+	token := e.Term().Token
+	var answer jobsAnswer
+	waitUntil(t, "the record shows a finished run", func() bool {
+		if err := adminCall(admin, http.MethodGet, "/leader/jobs", &answer); err != nil {
+			t.Fatal(err)
+		}
+		rec := answer.Jobs[0].Leads[0].Record
+		return rec != nil && rec.Finished != nil
+	})
+	if fin := answer.Jobs[0].Leads[0].Record.Finished; fin.Token != token || fin.By != "node-a" || fin.Result != jobs.ResultOK {
+		t.Errorf("finished %+v, want ok by node-a under token %d", fin, token)
+	}
+
+	b := startInstanceUnder(t, cluster.Endpoints(), "/jobs-test/", "node-b", "http://node-b.test", "jobs-etcd", 2*time.Second, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Resign(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "node-b leads", func() bool { return b.election.Term().Holds() })
+	reqs, _ := svc.seen()
+	after := len(reqs)
+	err = leaderRunJob(io.Discard, admin, "tick", -1)
+	if err == nil || !strings.Contains(err.Error(), "node-b leads it") {
+		t.Errorf("run on the old leader: %v, want a 409 naming node-b", err)
+	}
+	// Slots come every 50ms: a runner that went on would have sent requests meanwhile.
+	waitUntil(t, "several slots pass", func() bool { return time.Since(b.election.Term().Leader.Since) > 300*time.Millisecond })
+	if reqs, _ := svc.seen(); len(reqs) != after {
+		t.Errorf("%d requests after the handover, want none", len(reqs)-after)
 	}
 }
