@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -466,5 +467,40 @@ func TestJobOnEtcd(t *testing.T) {
 	waitUntil(t, "several slots pass", func() bool { return time.Since(b.election.Term().Leader.Since) > 300*time.Millisecond })
 	if reqs, _ := svc.seen(); len(reqs) != after {
 		t.Errorf("%d requests after the handover, want none", len(reqs)-after)
+	}
+}
+
+// TestJobMissedSlots: slots that come while a run is held are counted as missed for
+// overlap, in the metric and as leader.job_missed events.
+func TestJobMissedSlots(t *testing.T) {
+	_, store := newMemoryStore(t)
+	svc := newJobService(t)
+	release := make(chan struct{})
+	svc.hold = release
+	defer close(release)
+	recorded.Lock()
+	recorded.events = nil
+	recorded.Unlock()
+	config := fmt.Sprintf(`{"admin": {"disabled": true, "config": {"persist": false}},
+		"apps": {
+			"leader": {"store": {"module": "jobs_test_.memory", "name": %q}, "ttl": "1s",
+				"instance_id": "node-a", "jobs": {
+					"held": {"every": "20ms", "request": {"url": %q}}}},
+			"events": {"subscriptions": [{"events": [%q], "handlers": [{"handler": "leader_test_recorder"}]}]}}}`,
+		store, svc.URL, EventJobMissed)
+	if err := caddy.Load([]byte(config), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	missed := waitEvent(t, EventJobMissed)
+	if d := missed.Data; d["job"] != "held" || d["reason"] != jobs.MissedOverlap || d["election"] != DefaultElection || d["self"] != "node-a" {
+		t.Errorf("%s data %v", EventJobMissed, d)
+	}
+	var m dto.Metric
+	if err := metrics.jobMissed.WithLabelValues("held", jobs.MissedOverlap).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if m.GetCounter().GetValue() < 1 {
+		t.Errorf("caddy_leader_job_missed_slots_total{job=held,reason=overlap} = %v, want at least 1", m.GetCounter().GetValue())
 	}
 }
