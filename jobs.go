@@ -212,8 +212,8 @@ func durationOr(d caddy.Duration, def time.Duration) time.Duration {
 
 // jobRunners keeps each job's runner across config reloads, keyed by the candidacy, the
 // election or shard set and the job's name: a reload that keeps them finds the running
-// runner (LoadOrNew before the old config's Delete) and gives it the new spec, so a run
-// under way goes on and no slot runs twice; a job whose election changes is another key,
+// runner (LoadOrNew before the old config's Delete) and gives it the new spec when the new
+// config starts, so a run under way goes on and no slot runs twice; a job whose election changes is another key,
 // so another runner. The runner stops when its last config is gone.
 var jobRunners = caddy.NewUsagePool()
 
@@ -235,8 +235,9 @@ func (p *pooledRunner) Destruct() error {
 	return nil
 }
 
-// provisionJobs checks every job, joins its election or shard set and takes its runner
-// from jobRunners (creating it, not starting it, if this is the first config with it).
+// provisionJobs joins every job's election or shard set and takes its runner from
+// jobRunners (creating it, not starting it, if this is the first config with it); check
+// has passed.
 func (a *App) provisionJobs() error {
 	if len(a.Jobs) == 0 {
 		return nil
