@@ -307,7 +307,8 @@ func refusal(err error) error {
 	switch {
 	case errors.Is(err, elector.ErrNotCandidate):
 		status = http.StatusBadRequest
-	case errors.Is(err, elector.ErrNeverLeads), errors.Is(err, elector.ErrNoLeader), errors.Is(err, elector.ErrTargetOut):
+	case errors.Is(err, elector.ErrNeverLeads), errors.Is(err, elector.ErrNoLeader), errors.Is(err, elector.ErrTargetOut),
+		errors.Is(err, elector.ErrTransferSuperseded):
 		status = http.StatusConflict
 	case errors.Is(err, elector.ErrTransferTimeout), errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout

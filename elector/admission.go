@@ -32,7 +32,7 @@ func (e *Election) EnterAt() (*Term, time.Time, bool) {
 	if t.Leading(now) {
 		return t, now, true
 	}
-	e.inflight.Add(-1)
+	e.Exit() // a drain may be waiting for this very count
 	return t, now, false
 }
 
@@ -55,12 +55,16 @@ func (e *Election) EnterForwardedAt(token int64) (*Term, time.Time, bool) {
 	if t.Token == token && t.Leading(now) {
 		return t, now, true
 	}
-	e.inflight.Add(-1)
+	e.Exit()
 	return t, now, false
 }
 
-// Exit ends a request admitted by Enter.
-func (e *Election) Exit() { e.inflight.Add(-1) }
+// Exit ends a request admitted by Enter. The last one out wakes a drain that waits.
+func (e *Election) Exit() {
+	if e.inflight.Add(-1) == 0 && e.drainers.Load() > 0 {
+		e.wakeDrains()
+	}
+}
 
 // InFlight is the number of admitted requests that have not finished.
 func (e *Election) InFlight() int64 { return e.inflight.Load() }

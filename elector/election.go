@@ -19,6 +19,12 @@ type Election struct {
 
 	term     atomic.Pointer[Term]
 	inflight atomic.Int64 // admitted gated requests that have not finished
+	// drainers counts the drains waiting for inflight to reach zero, and drainedMu guards
+	// drained, closed and replaced when it does while one waits: a request's Exit pays
+	// for the wake-up only then (see drain).
+	drainers  atomic.Int32
+	drainedMu sync.Mutex
+	drained   chan struct{}
 	// markKeys holds the MarkKeys of this instance's latest terms, newest first, so that
 	// a forwarded request can be told from a forged one even when it arrives after the
 	// term it was forwarded to has ended (it is then refused, not forwarded again).
@@ -62,6 +68,10 @@ type Election struct {
 	// winning the key completes it, and that intent is then cleared so that the others
 	// campaign again.
 	transferHere []byte
+	// intentSeen is the election's intent as this instance's watch of it last reported
+	// it (nil: none), and intentChanged is closed and replaced at every report.
+	intentSeen    []byte
+	intentChanged chan struct{}
 
 	fs electionFailsafe
 	// errands is what this instance does with the errands it is asked (errand.go).
@@ -114,6 +124,9 @@ func newElection(c *Candidate, name string) *Election {
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 		resync:  make(chan struct{}, 1),
+		drained: make(chan struct{}),
+
+		intentChanged: make(chan struct{}),
 
 		registry: newRegistryView(),
 	}

@@ -187,16 +187,28 @@ func (e *Election) endingOfLocked(token int64) string {
 	return EndedHandedOver
 }
 
-// drain waits until no admitted request is in flight, or DrainTimeout or ctx ends.
+// drain waits until no admitted request is in flight, or DrainTimeout or ctx ends. It
+// does not poll: hundreds of shard elections draining at once would be a busy loop. The
+// last request out wakes it (Exit), and the order of the atomics makes that certain: a
+// drain counts itself among the drainers before it reads the count, and Exit lowers the
+// count before it reads the drainers, so either the drain reads zero or Exit sees it
+// waiting. A request that enters and backs out during the drain (it sees the handover)
+// goes through Exit too.
 func (e *Election) drain(ctx context.Context) {
 	if e.inflight.Load() <= 0 {
 		return
 	}
+	e.drainers.Add(1)
+	defer e.drainers.Add(-1)
 	deadline := time.NewTimer(time.Duration(e.c.drainTimeout.Load()))
 	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for e.inflight.Load() > 0 {
+	for {
+		e.drainedMu.Lock()
+		wake := e.drained
+		e.drainedMu.Unlock()
+		if e.inflight.Load() <= 0 {
+			return
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -204,9 +216,17 @@ func (e *Election) drain(ctx context.Context) {
 			e.c.log().Warn("drain timeout: releasing leadership with gated requests still in flight",
 				zap.String("election", e.name), zap.Int64("in_flight", e.inflight.Load()))
 			return
-		case <-tick.C:
+		case <-wake:
 		}
 	}
+}
+
+// wakeDrains wakes every drain waiting for the in-flight count to reach zero.
+func (e *Election) wakeDrains() {
+	e.drainedMu.Lock()
+	close(e.drained)
+	e.drained = make(chan struct{})
+	e.drainedMu.Unlock()
 }
 
 // stop hands leadership over for good and ends the campaign loop. If the release fails, it

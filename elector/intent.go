@@ -1,6 +1,7 @@
 package elector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,14 +50,16 @@ func (e *Election) RequestResign(ctx context.Context, holdOff time.Duration) err
 		return fmt.Errorf("election %q: %w", e.name, ErrNoLeader)
 	}
 	in := intent{Action: intentResign, Token: t.Token, HoldOff: holdOff, From: e.c.cfg.ID}
-	return e.setIntent(ctx, in, e.c.HandoverTimeout()+e.c.cfg.TTL)
+	return e.setIntent(ctx, in.encode(), e.c.HandoverTimeout()+e.c.cfg.TTL)
 }
 
 // Transfer hands leadership to the instance named to: every other candidate stands aside,
 // the leader hands over, and to takes the key. It blocks until to leads, or returns an
 // error when timeout passes first (the others then campaign again), or at once with
 // ErrNotCandidate when to takes no part in the election. It may be called on any
-// instance.
+// instance. A later request replaces this one in the store (a transfer asked elsewhere at
+// about the same moment, say): Transfer then returns ErrTransferSuperseded as soon as it
+// sees that, and the fleet follows the later one.
 func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duration) error {
 	list, err := e.candidatesToLead(ctx, to)
 	if err != nil {
@@ -76,14 +79,14 @@ func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duratio
 	if since.Leader.ID == to && !since.Leader.HandingOver {
 		return nil
 	}
-	in := intent{Action: intentTransfer, To: to, From: e.c.cfg.ID}
+	value := intent{Action: intentTransfer, To: to, From: e.c.cfg.ID}.encode()
 	// Stand aside before the leader can act on the intent: this instance's own watch
 	// of it may come after the leader's, and then after the key's vacancy, which it
 	// would campaign on (and win, leaving the transfer to take one more hop).
 	if to != e.c.cfg.ID {
 		e.setStandAside(to)
 	}
-	if err := e.setIntent(ctx, in, timeout); err != nil {
+	if err := e.setIntent(ctx, value, timeout); err != nil {
 		e.setStandAside("")
 		return err
 	}
@@ -95,10 +98,13 @@ func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duratio
 	var lookAgain <-chan time.Time
 	ask := newBackoff(50*time.Millisecond, time.Second)
 	for {
-		changed := e.Changed()
+		changed, intents := e.Changed(), e.intentChanges()
 		t := e.Term()
 		if t.Leader.ID == to && !t.Leader.HandingOver {
 			return nil
+		}
+		if e.replaced(wait, value) {
+			return fmt.Errorf("transfer of election %q to %q: %w", e.name, to, ErrTransferSuperseded)
 		}
 		if since.Token != 0 && t.Token > since.Token && lookAgain == nil {
 			lookAgain = time.After(0)
@@ -110,6 +116,7 @@ func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duratio
 			}
 			return fmt.Errorf("transfer of election %q to %q: %w (it did not lead within %s)", e.name, to, ErrTransferTimeout, timeout)
 		case <-changed:
+		case <-intents:
 		case <-lookAgain:
 			if e.ledSince(wait, to, since.Token) {
 				return nil
@@ -135,11 +142,72 @@ func (e *Election) ledSince(ctx context.Context, id string, token int64) bool {
 	return false
 }
 
-func (e *Election) setIntent(ctx context.Context, in intent, ttl time.Duration) error {
-	b, _ := json.Marshal(in) // strings and numbers always marshal
+// replaced reports whether the intent value, which this instance stored, has been replaced
+// by another: its watch shows another one, and so does the store, read now (a watch may
+// report, after the write of value, an intent stored before it). The store's intent is
+// replaced, never merged, so the fleet follows the newer one and value is not acted on.
+func (e *Election) replaced(ctx context.Context, value []byte) bool {
+	if seen := e.seenIntent(); seen == nil || bytes.Equal(seen, value) {
+		return false
+	}
+	now, err := e.readIntent(ctx)
+	return err == nil && now != nil && !bytes.Equal(now, value)
+}
+
+// readIntent reads the election's intent from the store (nil when there is none): the
+// first report of a watch is the intent as of a moment after it began.
+func (e *Election) readIntent(ctx context.Context) ([]byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
-	return e.c.cfg.Backend.SetIntent(rctx, e.name, b, ttl)
+	for now := range e.c.cfg.Backend.WatchIntent(rctx, e.name) {
+		return now.Value, now.Err
+	}
+	return nil, rctx.Err()
+}
+
+func (in intent) encode() []byte {
+	b, _ := json.Marshal(in) // strings and numbers always marshal
+	return b
+}
+
+func (e *Election) setIntent(ctx context.Context, value []byte, ttl time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	defer cancel()
+	return e.c.cfg.Backend.SetIntent(rctx, e.name, value, ttl)
+}
+
+// noteIntent records the intent the election's watch reports, and wakes whoever waits for
+// a change of it.
+func (e *Election) noteIntent(value []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.intentSeen = value
+	close(e.intentChanged)
+	e.intentChanged = make(chan struct{})
+}
+
+// seenIntent is the intent the election's watch reported last; nil when there is none.
+func (e *Election) seenIntent() []byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.intentSeen
+}
+
+// intentChanges returns a channel that is closed at the next report of the intent.
+func (e *Election) intentChanges() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.intentChanged
+}
+
+// otherIntentPending reports whether the intent last seen is a request other than a
+// preempt's of this instance: a preempt does not replace it, but waits for it to be done.
+func (e *Election) otherIntentPending() bool { return e.notOwnIntent(e.seenIntent()) }
+
+// notOwnIntent reports whether value is an intent other than the transfer to itself that
+// this instance's preempt asks for.
+func (e *Election) notOwnIntent(value []byte) bool {
+	return value != nil && !bytes.Equal(value, intent{Action: intentTransfer, To: e.c.cfg.ID, From: e.c.cfg.ID}.encode())
 }
 
 // followIntents applies the election's intents as they come, for as long as ctx lasts.
@@ -151,6 +219,7 @@ func (e *Election) followIntents(ctx context.Context) {
 				break
 			}
 			retry.reset()
+			e.noteIntent(change.Value)
 			e.applyIntent(ctx, change.Value)
 		}
 		if !retry.wait(ctx) {
@@ -203,6 +272,11 @@ func (e *Election) applyIntent(ctx context.Context, value []byte) {
 			}
 			return
 		}
+		// A transfer to this instance that this request replaced is off: it no longer skips
+		// the yield to higher candidates as the target would.
+		e.mu.Lock()
+		e.transferHere = nil
+		e.mu.Unlock()
 		if t.Leader.ID == in.To && !t.Leader.HandingOver {
 			return // the transfer is done already
 		}

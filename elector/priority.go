@@ -2,6 +2,7 @@ package elector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -16,7 +17,11 @@ import (
 // is still a compare-and-swap: waiting decides who tries first, never who may hold the key.
 // A candidate of priority 0 never campaigns; it only follows (Patroni's nofailover). With preempt, a healthy candidate of higher priority
 // than the leader asks it for a graceful transfer, through the same intent as
-// Election.Transfer; it never takes the key by force.
+// Election.Transfer; it never takes the key by force. It does not replace a request that is
+// pending in the store (another instance's transfer, a resign): the store keeps one intent,
+// and the one replaced would never be acted on. Two asked at the same moment still replace
+// one another; the Transfer of the one replaced sees it and returns ErrTransferSuperseded,
+// and its candidate looks again once the other is done.
 
 // DefaultPriority is the priority of a candidate whose Config.Priority is 0.
 const DefaultPriority = 1
@@ -138,36 +143,26 @@ func (e *Election) higher(list []CandidateInfo, skip string) int {
 }
 
 // preempt runs while the election does, when the candidate preempts: whenever another
-// instance leads a settled term with a lower priority than this one, and this one is healthy
-// and free to campaign, it asks for a transfer to itself. A transfer that fails (the leader
-// is cut off, the store is down) is asked again after a TTL.
+// instance leads a settled term with a lower priority than this one, this one is healthy
+// and free to campaign, and no other request is pending, it asks for a transfer to itself.
+// A transfer that fails (the leader is cut off, the store is down) is asked again after a
+// TTL.
 func (e *Election) preempt(ctx context.Context) {
 	ttl := e.c.cfg.TTL
 	for {
-		changed, registry := e.Changed(), e.registry.changes()
-		if e.preempts() && e.outranksLeader(ctx) {
-			t := e.Term()
-			msg := "asking a leader of lower priority to hand over"
-			if e.placement.Load() != nil {
-				msg = "asking the leader to hand over: placement prefers this instance"
-			}
-			e.logMove(msg, zap.String("election", e.name), zap.String("leader", t.Leader.ID), zap.Int("priority", e.c.Priority()))
-			free, ok := e.moveSlot(ctx)
+		changed, registry, intents := e.Changed(), e.registry.changes(), e.intentChanges()
+		if e.preempts() && !e.otherIntentPending() && e.outranksLeader(ctx) {
+			asked, ok := e.askToLead(ctx)
 			if !ok {
 				return
 			}
-			err := e.Transfer(ctx, e.c.cfg.ID, 2*ttl)
-			free()
-			if err != nil && ctx.Err() == nil {
-				e.c.log().Warn("preempting the leader failed; asking again later", zap.String("election", e.name), zap.Error(err))
-				if !sleepCtx(ctx, ttl) {
-					return
-				}
+			if asked {
+				continue
 			}
-			continue
 		}
 		// Priorities change without a change of term (a reload, a peer that joins): look
-		// again when the registry changes, and every TTL in case its watch is broken.
+		// again when the registry changes, and every TTL in case its watch is broken. A
+		// pending request ends with a change of the intent.
 		timer := time.NewTimer(ttl)
 		select {
 		case <-ctx.Done():
@@ -175,10 +170,46 @@ func (e *Election) preempt(ctx context.Context) {
 			return
 		case <-changed:
 		case <-registry:
+		case <-intents:
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
+}
+
+// askToLead asks the leader for a transfer to this instance, once it has a move slot and
+// unless the store holds another request: this instance's view of the intent may lag the
+// store, and the store keeps one request, so replacing one would leave it undone. It
+// reports whether it asked, and ok false once ctx ended.
+func (e *Election) askToLead(ctx context.Context) (asked, ok bool) {
+	free, ok := e.moveSlot(ctx)
+	if !ok {
+		return false, false
+	}
+	if pending, err := e.readIntent(ctx); err != nil || e.notOwnIntent(pending) {
+		free()
+		return false, true
+	}
+	t, ttl := e.Term(), e.c.cfg.TTL
+	msg := "asking a leader of lower priority to hand over"
+	if e.placement.Load() != nil {
+		msg = "asking the leader to hand over: placement prefers this instance"
+	}
+	e.logMove(msg, zap.String("election", e.name), zap.String("leader", t.Leader.ID), zap.Int("priority", e.c.Priority()))
+	err := e.Transfer(ctx, e.c.cfg.ID, 2*ttl)
+	free()
+	switch {
+	case errors.Is(err, ErrTransferSuperseded):
+		// Another instance asked at the same moment, and the fleet follows its request:
+		// look again once it is done.
+		e.c.log().Info("another handover request replaced this preempt's; following it", zap.String("election", e.name))
+	case err != nil && ctx.Err() == nil:
+		e.c.log().Warn("preempting the leader failed; asking again later", zap.String("election", e.name), zap.Error(err))
+		if !sleepCtx(ctx, ttl) {
+			return true, false
+		}
+	}
+	return true, true
 }
 
 // outranksLeader reports whether another instance leads a settled term, this one is healthy

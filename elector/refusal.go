@@ -19,6 +19,10 @@ var (
 	ErrNoLeader = errors.New("no leader is known")
 	// ErrTransferTimeout: the target of a transfer did not lead within the timeout.
 	ErrTransferTimeout = errors.New("the target did not lead in time")
+	// ErrTransferSuperseded: another handover request (a transfer to another instance,
+	// asked at about the same moment) replaced this transfer's in the store, and the
+	// fleet follows that one.
+	ErrTransferSuperseded = errors.New("another handover request replaced it")
 )
 
 // HoldOff is how long this instance still stays out of the election after a resign or a

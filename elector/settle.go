@@ -153,6 +153,16 @@ type ownTerm struct {
 	proof *proof
 }
 
+// settlePollCap is the longest a settle waits between two asks for the acknowledgement it
+// waits for. An acknowledgement that lands late (the old leader heard of its end late, or
+// drained long requests) is found quickly while it is most likely, by asks that double
+// from 10 ms, and then within a quarter of the ttl: about a dozen asks in a ttl, not one
+// every 100 ms (in etcd each is a write), which a fleet that restarts after its last
+// terms' acknowledgements expired pays for every shard at once, for a whole ttl.
+func settlePollCap(ttl time.Duration) time.Duration {
+	return max(100*time.Millisecond, ttl/4)
+}
+
 // settle waits until term token's proof p is complete, then lets the term admit; it looks
 // for the heartbeat obligation's acknowledgement itself. The previous holder acknowledges
 // as soon as its watch shows it the key is gone, its admitted requests are done and its
@@ -163,9 +173,7 @@ type ownTerm struct {
 // revoked from expired. It returns when the term ends unsettled: whatever comes next
 // carries p on.
 func (e *Election) settle(token int64, p *proof) {
-	// Asked again at most every 100 ms: an acknowledgement that lands late (the old leader
-	// heard of its end late) starts this term within that, not at the deadline.
-	retry := newBackoff(10*time.Millisecond, 100*time.Millisecond)
+	retry := newBackoff(10*time.Millisecond, settlePollCap(e.c.cfg.TTL))
 	for {
 		heartbeat, _ := p.owes()
 		var (

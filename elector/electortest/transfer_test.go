@@ -2,10 +2,12 @@ package electortest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/elector/electortest"
 )
 
@@ -56,4 +58,74 @@ func historyOf(t *testing.T, f *electortest.Fleet) string {
 		s += fmt.Sprintf("%s (token %d) ", p.Leader, p.Token)
 	}
 	return s
+}
+
+// TestConcurrentTransfersTheLaterOneWins: two candidates ask for the leadership at about
+// the same moment, as two that preempt a leader of lower priority do: the second request
+// replaces the first in the store, before the leader (behind a slow link) acts on either.
+// The second one's candidate leads, and the first one's Transfer says at once that its
+// request was replaced, rather than wait for a transfer that will never come.
+func TestConcurrentTransfersTheLaterOneWins(t *testing.T) {
+	t.Parallel()
+	f, s := slowLeaderFleet(t)
+	leader, _ := f.Leader(within)
+	first, second := otherTwo(f, leader)
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- first.Election.Transfer(context.Background(), first.ID, within) }()
+	f.Await("the first request in the store", within, func() bool { return storedIntent(t, s) != nil })
+	if err := second.Election.Transfer(context.Background(), second.ID, within); err != nil {
+		t.Fatalf("the second transfer: %v", err)
+	}
+	if err := <-firstDone; !errors.Is(err, elector.ErrTransferSuperseded) {
+		t.Fatalf("the first transfer, whose request the second replaced: %v; want %v", err, elector.ErrTransferSuperseded)
+	}
+}
+
+// slowLeaderFleet starts a fake fleet of three whose clock runs, waits until it has a leader
+// and every member a view of the registry, and slows the leader's link to the store: the
+// leader acts on a request a while after the others see it.
+func slowLeaderFleet(t *testing.T) (*electortest.Fleet, *electortest.Store) {
+	f, s := fakeFleet(t, 3)
+	keepTime(t, s)
+	leader, _ := f.Leader(within)
+	awaitViews(t, f)
+	client(f, leader).SetDelay(ttl / 4)
+	return f, s
+}
+
+// storedIntent reads the intent of election "main" from s.
+func storedIntent(t *testing.T, s *electortest.Store) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	c := s.Client()
+	defer c.Close()
+	for now := range c.WatchIntent(ctx, "main") {
+		if now.Err != nil {
+			t.Fatal(now.Err)
+		}
+		return now.Value
+	}
+	t.Fatal("the watch of the intent ended without a report")
+	return nil
+}
+
+// TestPreemptLeavesAPendingRequest: while a request to resign waits for the leader (behind a
+// slow link), a candidate starts to preempt it. The preempt must not replace the request in
+// the store, which keeps one: the leader resigns as asked, and stays out for the hold-off.
+func TestPreemptLeavesAPendingRequest(t *testing.T) {
+	t.Parallel()
+	f, _ := slowLeaderFleet(t)
+	leader, token := f.Leader(within)
+	asker, preempter := otherTwo(f, leader)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := asker.Election.RequestResign(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	preempter.Candidate.SetPriority(2, true)
+	f.NewLeader(leader, token, within)
+	if left, _ := leader.Election.HoldOff(); left <= 0 {
+		t.Fatalf("the leader handed over without the hold-off it was asked to resign with: a preempt replaced the request")
+	}
 }

@@ -214,9 +214,19 @@ func (g *group) putBeacon(lease elector.LeaseID) (int64, error) {
 	return 0, errBeaconContended
 }
 
-// errBeaconContended: Expires kept writing the beacon in between; the heartbeats write
-// their keys instead.
+// errBeaconContended: others kept writing the beacon between a read and the write made
+// from it (Expires, for a heartbeat, which then writes its key instead; heartbeats or other
+// Expires, for an Expire, which gives up and lets its caller try again later).
 var errBeaconContended = errors.New("kubernetes: the beacon keeps changing under its write")
+
+// holdTries bounds the tries of holdBeacon, and holdPause is the pause before its second
+// try, doubled before each next one: a beacon that changes at every try (heartbeats of
+// many keys, other followers expiring them) costs an Expire five round trips at most,
+// spread over about a second, and its caller's own retry decides when to look again.
+const (
+	holdTries = 5
+	holdPause = 50 * time.Millisecond
+)
 
 // live keeps the entries of bc.expiring that may still matter: those of keys whose
 // version the stream has not shown moving past them.
@@ -235,14 +245,18 @@ func (g *group) live(bc beaconState) map[string]int64 {
 
 // holdBeacon is Expire's first step for a key of the group at version, held under lease:
 // it records the version in the lease's beacon, on condition that the holder's last beacon
-// there is no later than rev. It reports whether Expire may go on and clear the key.
+// there is no later than rev. It reports whether Expire may go on and clear the key. After
+// holdTries conflicting writes it gives up with errBeaconContended.
 func (g *group) holdBeacon(ctx context.Context, election string, lease elector.LeaseID, version, rev int64) (bool, error) {
 	leases, err := g.b.client()
 	if err != nil {
 		return false, err
 	}
 	name := g.beaconName(lease)
-	for {
+	for try := range holdTries {
+		if try > 0 {
+			sleep(ctx, holdPause<<(try-1))
+		}
 		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return false, g.b.describe("get", err)
@@ -288,6 +302,7 @@ func (g *group) holdBeacon(ctx context.Context, election string, lease elector.L
 		}
 		return true, g.b.revs.check(at, got.ResourceVersion)
 	}
+	return false, errBeaconContended
 }
 
 // newBeacon is lease's beacon object before its first write.

@@ -2,11 +2,18 @@ package kubebackend
 
 import (
 	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/kubernetes/internal/kubetest"
@@ -96,5 +103,88 @@ func TestBeaconExpireInFlight(t *testing.T) {
 	beat("heartbeat after the failed Expire")
 	if _, after := version(); after != before {
 		t.Fatalf("the heartbeat after the failed Expire wrote the key (%d -> %d); want a beacon", before, after)
+	}
+}
+
+// contendedLeases makes every write of a beacon fail, as a beacon that heartbeats and
+// other followers' Expires keep writing would: before passing a create or an update on, it
+// writes the object itself, so the API server answers that it exists already, or refuses
+// the update's stale resourceVersion.
+type contendedLeases struct {
+	coordclient.LeaseInterface
+	conflicts atomic.Int64
+	// giveUp ends the test's context once far more conflicts than a bounded retry makes
+	// have happened: without a bound the retry would go on until the context's deadline.
+	giveUp context.CancelFunc
+}
+
+func (c *contendedLeases) Create(ctx context.Context, obj *coordv1.Lease, opts metav1.CreateOptions) (*coordv1.Lease, error) {
+	if err := c.writeFirst(ctx, obj); err != nil {
+		return nil, err
+	}
+	return c.LeaseInterface.Create(ctx, obj, opts)
+}
+
+func (c *contendedLeases) Update(ctx context.Context, obj *coordv1.Lease, opts metav1.UpdateOptions) (*coordv1.Lease, error) {
+	if err := c.writeFirst(ctx, obj); err != nil {
+		return nil, err
+	}
+	return c.LeaseInterface.Update(ctx, obj, opts)
+}
+
+// writeFirst writes obj, if it is a beacon, before the caller's write of it does.
+func (c *contendedLeases) writeFirst(ctx context.Context, obj *coordv1.Lease) error {
+	if !strings.Contains(obj.Name, "-beacon-") {
+		return nil
+	}
+	n := c.conflicts.Add(1)
+	if n > 10*holdTries {
+		c.giveUp()
+	}
+	cur, err := c.LeaseInterface.Get(ctx, obj.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = c.LeaseInterface.Create(ctx, obj, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	cur.Annotations["test/touched"] = strconv.FormatInt(n, 10)
+	_, err = c.LeaseInterface.Update(ctx, cur, metav1.UpdateOptions{})
+	return err
+}
+
+// TestHoldBeaconGivesUpUnderContention: an Expire whose beacon write conflicts at every
+// try gives up after holdTries with errBeaconContended, rather than retrying for as long
+// as its context lasts; the elector's own retry of Expire decides when to look again.
+func TestHoldBeaconGivesUpUnderContention(t *testing.T) {
+	srv := kubetest.Start(t, kubetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	follower, err := New(Config{Kubeconfig: srv.Kubeconfig(t, "admin", "default", ""), Prefix: "contended-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follower.Close()
+	follower.GroupHeartbeats("set")
+	const election = "set.0"
+	lease := elector.LeaseID(0x1ea5e)
+	leases, err := follower.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	contended := &contendedLeases{LeaseInterface: leases, giveUp: cancel}
+	follower.mu.Lock()
+	follower.leases = contended
+	follower.mu.Unlock()
+
+	// Every beacon of the holder's is older than the follower's last sight of the key (a
+	// revision beyond any): only the conflicts stop the Expire.
+	ok, err := follower.groupOf(election).holdBeacon(ctx, election, lease, 1, math.MaxInt64)
+	if ok || !errors.Is(err, errBeaconContended) {
+		t.Fatalf("holdBeacon after %d conflicts = %v, %v; want false and %v", contended.conflicts.Load(), ok, err, errBeaconContended)
+	}
+	if n := contended.conflicts.Load(); n != holdTries {
+		t.Fatalf("holdBeacon wrote the beacon %d times; want %d", n, holdTries)
 	}
 }
