@@ -25,8 +25,7 @@ type errandHandler func(ctx context.Context, from string, errand []byte)
 
 // errandSlot holds an election's errand handler.
 type errandSlot struct {
-	fn      atomic.Pointer[errandHandler]
-	pending atomic.Pointer[[]byte] // the intent last seen, nil when none is pending
+	fn atomic.Pointer[errandHandler]
 }
 
 // HandleErrands makes fn do the errands this instance receives while it leads; it
@@ -43,7 +42,7 @@ func (e *Election) HandleErrands(fn func(ctx context.Context, from string, erran
 
 // RequestPending reports whether a request to the election's leader (a resign, a
 // transfer, an errand) is stored and not yet acted on, as far as this instance has seen.
-func (e *Election) RequestPending() bool { return e.errands.pending.Load() != nil }
+func (e *Election) RequestPending() bool { return e.seenIntent() != nil }
 
 // AskLeader asks the leader of the election's current term to do errand (a JSON value),
 // through the store. It returns once the request is stored; the leader does it as soon as it reads
@@ -61,7 +60,7 @@ func (e *Election) AskLeader(ctx context.Context, errand []byte) error {
 		return fmt.Errorf("election %q: %w", e.name, ErrIntentPending)
 	}
 	in := intent{Action: intentErrand, Token: t.Token, From: e.c.cfg.ID, Errand: errand}
-	return e.setIntent(ctx, in, e.c.requestTimeout+e.c.cfg.TTL)
+	return e.setIntent(ctx, in.encode(), e.c.requestTimeout+e.c.cfg.TTL)
 }
 
 // doErrand does the errand of intent in (stored as value) if this instance leads the term

@@ -230,11 +230,6 @@ func (e *Election) followIntents(ctx context.Context) {
 
 func (e *Election) applyIntent(ctx context.Context, value []byte) {
 	if value == nil {
-		e.errands.pending.Store(nil)
-	} else {
-		e.errands.pending.Store(&value)
-	}
-	if value == nil {
 		e.setStandAside("")
 		e.mu.Lock()
 		e.transferHere = nil
