@@ -3,6 +3,7 @@ package caddyleader
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -503,4 +504,72 @@ func TestJobMissedSlots(t *testing.T) {
 	if m.GetCounter().GetValue() < 1 {
 		t.Errorf("caddy_leader_job_missed_slots_total{job=held,reason=overlap} = %v, want at least 1", m.GetCounter().GetValue())
 	}
+}
+
+// TestJobOnShardSet: a job on a shard set runs for every shard, under that shard's token.
+func TestJobOnShardSet(t *testing.T) {
+	_, store := newMemoryStore(t)
+	svc := newJobService(t)
+	config := fmt.Sprintf(`{"admin": {"disabled": true, "config": {"persist": false}},
+		"apps": {"leader": {"store": {"module": "jobs_test_.memory", "name": %q}, "ttl": "1s",
+			"instance_id": "node-a", "shard_sets": {"rooms": {"shards": 3}}, "jobs": {
+				"compact": {"every": "50ms", "shard_set": "rooms", "request": {"url": %q}}}}}}`,
+		store, svc.URL+"/?shard={http.leader.shard}&election={http.leader.election}")
+	if err := caddy.Load([]byte(config), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	running := runningElections()
+	for s := range 3 {
+		t.Run(fmt.Sprintf("shard_%d", s), func(t *testing.T) {
+			election := shardElection("rooms", s)
+			waitUntil(t, "a run for "+election, func() bool {
+				reqs, _ := svc.seen()
+				for _, r := range reqs {
+					if r.URL.Query().Get("shard") == fmt.Sprint(s) {
+						return true
+					}
+				}
+				return false
+			})
+			reqs, _ := svc.seen()
+			for _, r := range reqs {
+				if r.URL.Query().Get("shard") != fmt.Sprint(s) {
+					continue
+				}
+				if got := r.URL.Query().Get("election"); got != election {
+					t.Errorf("election %q, want %q", got, election)
+				}
+				if got, want := r.Header.Get(headerToken), fmt.Sprint(running[election].Term().Token); got != want {
+					t.Errorf("%s %s, want the shard's token %s", headerToken, got, want)
+				}
+			}
+		})
+	}
+	post := func(uri string) (*httptest.ResponseRecorder, error) {
+		w := httptest.NewRecorder()
+		return w, serveAdmin(w, httptest.NewRequest(http.MethodPost, uri, nil))
+	}
+	t.Run("run_now_needs_the_shard", func(t *testing.T) {
+		_, err := post("/leader/jobs/compact/run")
+		var apiErr caddy.APIError
+		if !errors.As(err, &apiErr) || apiErr.HTTPStatus != http.StatusBadRequest || !strings.Contains(err.Error(), "give ?shard=<n>, n from 0 to 2") {
+			t.Errorf("error %v, want a 400 asking for a shard from 0 to 2", err)
+		}
+	})
+	t.Run("run_now_on_a_shard", func(t *testing.T) {
+		var w *httptest.ResponseRecorder
+		waitUntil(t, "a run of shard 1 on demand", func() bool {
+			var err error
+			w, err = post("/leader/jobs/compact/run?shard=1")
+			return err == nil // a scheduled run under way is ErrBusy: ask again
+		})
+		var run jobs.Run
+		if err := json.Unmarshal(w.Body.Bytes(), &run); err != nil {
+			t.Fatal(err)
+		}
+		if w.Code != http.StatusAccepted || run.Shard != 1 || run.Election != "rooms.1" || !run.Manual {
+			t.Errorf("%d %+v, want 202 and a manual run of shard 1", w.Code, run)
+		}
+	})
 }
