@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -265,6 +266,8 @@ func TestJobsOperate(t *testing.T) {
 	_, es := fleet.StartCandidate(t, elector.Config{ID: "node-b", URL: "http://node-b.test", TTL: time.Second,
 		DrainTimeout: time.Second, Backend: mem.Client(), Logger: zaptest.NewLogger(t)}, "elsewhere")
 	waitUntil(t, "node-b leads elsewhere", func() bool { return es[0].Term().Holds() })
+	// Counters are process-wide and keep counting (over -count=N too).
+	okBefore := counterValue(t, metrics.jobRuns.WithLabelValues("report", jobs.ResultOK))
 	adminPort := freeport.MustPick(t, 1)[0]
 	admin := fmt.Sprintf("127.0.0.1:%d", adminPort)
 	config := fmt.Sprintf(`{"admin": {"listen": %q},
@@ -298,8 +301,8 @@ func TestJobsOperate(t *testing.T) {
 	if reqs, _ := svc.seen(); len(reqs) != 1 || reqs[0].URL.RawQuery != "manual=true" {
 		t.Errorf("the service saw %d requests, the first ?%s; want one, ?manual=true", len(reqs), reqs[0].URL.RawQuery)
 	}
-	if got := metric(t, adminPort, `caddy_leader_job_runs_total{job="report",result="ok"}`); got != 1 {
-		t.Errorf("caddy_leader_job_runs_total{job=report,result=ok} = %v, want 1", got)
+	if got := metric(t, adminPort, `caddy_leader_job_runs_total{job="report",result="ok"}`); got != okBefore+1 {
+		t.Errorf("caddy_leader_job_runs_total{job=report,result=ok} = %v, want %v", got, okBefore+1)
 	}
 
 	t.Run("table", func(t *testing.T) {
@@ -482,6 +485,7 @@ func TestJobMissedSlots(t *testing.T) {
 	recorded.Lock()
 	recorded.events = nil
 	recorded.Unlock()
+	missedBefore := counterValue(t, metrics.jobMissed.WithLabelValues("held", jobs.MissedOverlap))
 	config := fmt.Sprintf(`{"admin": {"disabled": true, "config": {"persist": false}},
 		"apps": {
 			"leader": {"store": {"module": "jobs_test_.memory", "name": %q}, "ttl": "1s",
@@ -497,13 +501,19 @@ func TestJobMissedSlots(t *testing.T) {
 	if d := missed.Data; d["job"] != "held" || d["reason"] != jobs.MissedOverlap || d["election"] != DefaultElection || d["self"] != "node-a" {
 		t.Errorf("%s data %v", EventJobMissed, d)
 	}
+	if got := counterValue(t, metrics.jobMissed.WithLabelValues("held", jobs.MissedOverlap)); got < missedBefore+1 {
+		t.Errorf("caddy_leader_job_missed_slots_total{job=held,reason=overlap} = %v, want at least %v", got, missedBefore+1)
+	}
+}
+
+// counterValue reads a counter of this process.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
 	var m dto.Metric
-	if err := metrics.jobMissed.WithLabelValues("held", jobs.MissedOverlap).Write(&m); err != nil {
+	if err := c.Write(&m); err != nil {
 		t.Fatal(err)
 	}
-	if m.GetCounter().GetValue() < 1 {
-		t.Errorf("caddy_leader_job_missed_slots_total{job=held,reason=overlap} = %v, want at least 1", m.GetCounter().GetValue())
-	}
+	return m.GetCounter().GetValue()
 }
 
 // TestJobOnShardSet: a job on a shard set runs for every shard, under that shard's token.
