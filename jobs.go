@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,11 +93,11 @@ type Job struct {
 	// for the next slot. Default: run_once.
 	Missed string `json:"missed,omitempty"`
 
-	name    string
-	poolKey string // in jobRunners, once joined
-	runner  *pooledRunner
-	runSpec jobs.Spec
-	kept    bool // the runner was running already, under an earlier config
+	name     string
+	poolKey  string // in jobRunners, once joined
+	runner   *pooledRunner
+	runSpec  jobs.Spec
+	observer *candidateObserver // its config's
 }
 
 // JobRequest is the HTTP request a job sends for every attempt of a run. Placeholders
@@ -223,10 +224,43 @@ type pooledRunner struct {
 	name      string
 	elections []*elector.Election // what it runs under, in shard order
 	start     sync.Once
-	// config is the newest config's job, for the admin API's summary.
+	// config is the job of the config whose spec runs, for the admin API's summary.
 	config atomic.Pointer[Job]
-	// observer is the newest config's, to emit the job's events with.
+	// observer is that config's, to emit the job's events with.
 	observer atomic.Pointer[candidateObserver]
+
+	// users are the jobs of the configs that started with the runner and are not cleaned
+	// up yet, oldest first; the newest one's spec runs. A config that started and then
+	// failed (another app did not start) is cleaned up, and the one before runs on.
+	mu    sync.Mutex
+	users []*Job
+}
+
+// use makes j's config the one whose spec runs: it has just started.
+func (p *pooledRunner) use(j *Job) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.users = append(p.users, j)
+	p.apply(j)
+}
+
+// release forgets j's config; if its spec was running, the newest remaining one's runs.
+func (p *pooledRunner) release(j *Job) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.users)
+	p.users = slices.DeleteFunc(p.users, func(u *Job) bool { return u == j })
+	if len(p.users) > 0 && len(p.users) < n && p.config.Load() == j {
+		p.apply(p.users[len(p.users)-1])
+	}
+}
+
+// apply runs j's spec from the runner's next run on. p.mu is held.
+func (p *pooledRunner) apply(j *Job) {
+	if p.config.Swap(j) != j {
+		p.Update(j.runSpec)
+	}
+	p.observer.Store(j.observer)
 }
 
 // Destruct implements caddy.Destructor: cancel any run and wait for it to end.
@@ -253,7 +287,7 @@ func (a *App) provisionJobs() error {
 		}
 		key, _ := json.Marshal([]string{a.poolKey, where, name})
 		spec := j.spec(name)
-		val, loaded, err := jobRunners.LoadOrNew(string(key), func() (caddy.Destructor, error) {
+		val, _, err := jobRunners.LoadOrNew(string(key), func() (caddy.Destructor, error) {
 			p := &pooledRunner{name: name, elections: elections}
 			p.config.Store(j)
 			p.observer.Store(a.observer)
@@ -272,7 +306,7 @@ func (a *App) provisionJobs() error {
 			return fmt.Errorf("jobs: %s: %v", name, err)
 		}
 		j.name, j.poolKey, j.runner = name, string(key), val.(*pooledRunner)
-		j.runSpec, j.kept = spec, loaded
+		j.runSpec, j.observer = spec, a.observer
 	}
 	return nil
 }
@@ -332,16 +366,9 @@ func checkJobName(name string) error {
 // runs on, with this config's spec from its next run.
 func (a *App) startJobs() {
 	for _, j := range a.Jobs {
-		if j.runner == nil {
-			continue
-		}
 		// Only now, not in Provision: a config that fails to load after provisioning
 		// the app must leave the running job as the running config has it.
-		if j.kept {
-			j.runner.Update(j.runSpec)
-		}
-		j.runner.observer.Store(a.observer)
-		j.runner.config.Store(j)
+		j.runner.use(j)
 		j.runner.start.Do(j.runner.Start)
 	}
 }
@@ -353,6 +380,7 @@ func (a *App) cleanupJobs() error {
 		if j == nil || j.poolKey == "" {
 			continue
 		}
+		j.runner.release(j)
 		if _, err := jobRunners.Delete(j.poolKey); err != nil && firstErr == nil {
 			firstErr = err
 		}

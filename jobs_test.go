@@ -89,7 +89,8 @@ func newJobService(t *testing.T) *jobService {
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
-		s.requests = append(s.requests, r)
+		// A copy: the server may reuse what it handed the handler once the handler returns.
+		s.requests = append(s.requests, r.Clone(context.Background()))
 		s.bodies = append(s.bodies, string(body))
 		s.inFlight++
 		s.maxIn = max(s.maxIn, s.inFlight)
@@ -582,4 +583,52 @@ func TestJobOnShardSet(t *testing.T) {
 			t.Errorf("%d %+v, want 202 and a manual run of shard 1", w.Code, run)
 		}
 	})
+}
+
+func init() {
+	caddy.RegisterModule(failingApp{})
+}
+
+// failingApp is an app of the tests only whose Start fails, as an HTTP app's does when its
+// port is taken.
+type failingApp struct{}
+
+func (failingApp) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "jobs_test_failing_app", New: func() caddy.Module { return new(failingApp) }}
+}
+func (failingApp) Start() error { return errors.New("failing on purpose") }
+func (failingApp) Stop() error  { return nil }
+
+// TestJobFailedStartKeepsSpec: a config whose other app fails to start, after the leader
+// app started (Caddy starts apps in random order, hence several tries), leaves the running
+// job with the running config's request.
+func TestJobFailedStartKeepsSpec(t *testing.T) {
+	_, store := newMemoryStore(t)
+	svc := newJobService(t)
+	config := func(header, more string) []byte {
+		return []byte(fmt.Sprintf(`{"admin": {"disabled": true, "config": {"persist": false}},
+			"apps": {%s
+				"leader": {"store": {"module": "jobs_test_.memory", "name": %q}, "ttl": "1s",
+					"instance_id": "node-a", "jobs": {
+						"tick": {"every": "20ms", "request": {"url": %q, "headers": {"X-Config": [%q]}}}}}}}`, more, store, svc.URL, header))
+	}
+	if err := caddy.Load(config("first", ""), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	<-svc.arrived
+	for try := range 10 {
+		if err := caddy.Load(config(fmt.Sprint("failed-", try), `"jobs_test_failing_app": {},`), true); err == nil {
+			t.Fatal("the config with the failing app loaded")
+		}
+	}
+	reqs, _ := svc.seen()
+	seen := len(reqs)
+	waitUntil(t, "three more runs", func() bool { reqs, _ := svc.seen(); return len(reqs) >= seen+3 })
+	reqs, _ = svc.seen()
+	for _, r := range reqs[seen:] {
+		if got := r.Header.Get("X-Config"); got != "first" {
+			t.Fatalf("a run after the failed loads carries X-Config %q, want the running config's, first", got)
+		}
+	}
 }
