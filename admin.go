@@ -38,6 +38,11 @@ func init() {
 //	POST /leader/<election>/transfer?to=<id> planned switchover to a named candidate; the others
 //	                                         stand aside until it leads or ?timeout=<duration>
 //	                                         (default: two ttls) passes
+//	GET  /leader/jobs                        every scheduled job: its config in short, and per
+//	                                         election or shard its record, as the store keeps it
+//	POST /leader/jobs/<job>/run[?shard=<n>]  runs the job now on this instance, if it leads the
+//	                                         job's election (or shard n of its set); else 409
+//	                                         naming the leader
 //
 // Both POSTs work on any instance: a follower passes the request on through etcd, where the
 // leader (or, for a transfer, every candidate) picks it up.
@@ -121,10 +126,14 @@ func runningElections() map[string]*elector.Election {
 
 func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 	rest := strings.Trim(strings.TrimPrefix(r.URL.Path, "/leader/"), "/")
-	_, electionNamedShards := runningElections()["shards"]
+	running := runningElections()
+	_, electionNamedShards := running["shards"]
+	_, electionNamedJobs := running["jobs"]
 	switch {
 	case strings.HasPrefix(rest, "shards/") && !electionNamedShards:
 		return serveShards(w, r, strings.TrimPrefix(rest, "shards/"))
+	case (rest == "jobs" || strings.HasPrefix(rest, "jobs/")) && !electionNamedJobs:
+		return serveJobs(w, r, strings.TrimPrefix(strings.TrimPrefix(rest, "jobs"), "/"))
 	case rest == "":
 		if r.Method != http.MethodGet {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use GET")}

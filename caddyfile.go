@@ -74,8 +74,26 @@ func init() {
 //		store         <module> {
 //			...
 //		}
+//		job <name> {
+//			every    <interval>
+//			cron     "<expression>" [<IANA time zone>]
+//			election <name>
+//			shard_set <set>
+//			request  <method> <url> {
+//				header <name> <value>
+//				body   <text>
+//			}
+//			timeout       <duration>
+//			retries       <n>
+//			retry_backoff <duration>
+//			overlap       skip|wait
+//			missed        run_once|skip
+//		}
 //	}
 //
+// job adds a leader-only scheduled job (see Job), and may be repeated with other names: it
+// needs exactly one of every and cron, and a request; election and shard_set are
+// exclusive (default: the default election).
 // store picks the coordination store, a `leader.stores.*` module (`etcd`, `postgres`); see
 // each module's UnmarshalCaddyfile for its block. Without it the etcd options above
 // (endpoints, prefix, dial_timeout, tls, username, password) configure etcd, and endpoints
@@ -101,6 +119,10 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 		if err := app.checkNotShard(name); err != nil {
 			return nil, d.Errf("leader: elections: %v", err)
 		}
+	}
+	// What a job's block alone cannot tell: whether its shard set is configured.
+	if err := app.checkJobs(); err != nil {
+		return nil, d.Errf("leader: %v", err)
 	}
 	return httpcaddyfile.App{Name: "leader", Value: caddyconfig.JSON(app, nil)}, nil
 }
@@ -140,6 +162,18 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				a.ShardSets = make(map[string]*ShardSet)
 			}
 			a.ShardSets[name] = set
+		case "job":
+			name, job, err := unmarshalJob(d)
+			if err != nil {
+				return err
+			}
+			if _, dup := a.Jobs[name]; dup {
+				return d.Errf("job: %q given twice", name)
+			}
+			if a.Jobs == nil {
+				a.Jobs = make(map[string]*Job)
+			}
+			a.Jobs[name] = job
 		case "instance_id":
 			if err := oneArg(d, &a.InstanceID); err != nil {
 				return err
@@ -874,4 +908,99 @@ func (s *EtcdStore) unmarshalOption(d *caddyfile.Dispenser, opt string) (bool, e
 		return false, nil
 	}
 	return true, nil
+}
+
+// unmarshalJob reads a `job <name> { ... }` block (see parseGlobalOption) and checks it as
+// Provision will, so that the error carries the line.
+func unmarshalJob(d *caddyfile.Dispenser) (string, *Job, error) {
+	start := at(d)
+	if !d.NextArg() {
+		return "", nil, d.Err("job: the job's name is missing")
+	}
+	name := d.Val()
+	if err := checkJobName(name); err != nil {
+		return "", nil, d.Errf("job: %v", err)
+	}
+	if d.NextArg() {
+		return "", nil, d.Errf("job %s: takes a name and a block", name)
+	}
+	j := new(Job)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		var err error
+		switch opt {
+		case "every":
+			if err = durationArg(d, &j.Every); err == nil && j.Every == 0 {
+				err = d.Err("every: 0s is not an interval")
+			}
+		case "cron":
+			args := d.RemainingArgs()
+			if len(args) == 0 || len(args) > 2 {
+				return "", nil, d.Errf("job %s: cron: give the expression, quoted, and optionally a time zone", name)
+			}
+			j.Cron = args[0]
+			if len(args) == 2 {
+				j.TimeZone = args[1]
+			}
+		case "election":
+			err = oneArg(d, &j.Election)
+		case "shard_set":
+			err = oneArg(d, &j.ShardSet)
+		case "request":
+			j.Request, err = unmarshalJobRequest(d)
+		case "timeout":
+			err = positiveDurationArg(d, &j.Timeout, DefaultJobTimeout)
+		case "retries":
+			var v string
+			if err = oneArg(d, &v); err == nil {
+				if j.Retries, err = strconv.Atoi(v); err != nil || j.Retries < 0 {
+					err = d.Errf("retries: %q is not a whole number of at least 0", v)
+				}
+			}
+		case "retry_backoff":
+			err = positiveDurationArg(d, &j.RetryBackoff, DefaultJobRetryBackoff)
+		case "overlap":
+			err = oneArg(d, &j.Overlap)
+		case "missed":
+			err = oneArg(d, &j.Missed)
+		default:
+			return "", nil, d.Errf("job %s: unknown option %q", name, opt)
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("job %s: %w", name, err)
+		}
+	}
+	if err := j.check(); err != nil {
+		return "", nil, start.errf("job %s: %v", name, err)
+	}
+	return name, j, nil
+}
+
+// unmarshalJobRequest reads `request <method> <url> { header <name> <value>; body <text> }`.
+func unmarshalJobRequest(d *caddyfile.Dispenser) (*JobRequest, error) {
+	args := d.RemainingArgs()
+	if len(args) != 2 {
+		return nil, d.Err("request: give the method and the URL")
+	}
+	r := &JobRequest{Method: args[0], URL: args[1]}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "header":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return nil, d.Err("header: give the name and the value")
+			}
+			if r.Headers == nil {
+				r.Headers = make(map[string][]string)
+			}
+			r.Headers.Add(args[0], args[1])
+		case "body":
+			if err := oneArg(d, &r.Body); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, d.Errf("request: unknown option %q (the options are header and body)", d.Val())
+		}
+	}
+	return r, nil
 }

@@ -24,7 +24,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "leader",
-		Usage: "status|shards|history|resign|transfer [--election <name>] [--address <interface>] [--config <path> [--adapter <name>]]",
+		Usage: "status|shards|history|resign|transfer|jobs [--election <name>] [--address <interface>] [--config <path> [--adapter <name>]]",
 		Short: "Shows and steers this instance's leader elections",
 		Long: `
 Talks to the admin API of the running Caddy instance (the leader endpoints
@@ -36,6 +36,8 @@ the --config file, else the default, as for 'caddy reload' and 'caddy stop'.
   caddy leader history [--election <name>] [--json]
   caddy leader resign [--election <name> | --shards <set>] [--hold-off <duration>]
   caddy leader transfer --to <instance_id> [--election <name>] [--timeout <duration>]
+  caddy leader jobs [--json]
+  caddy leader jobs run <job> [--shard <n>]
 
 --election may be left out when the instance takes part in one election only
 (status then lists every election).
@@ -57,7 +59,7 @@ time, and it said so), or crashed (no word from it: killed, hung or cut off).
 				if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 					return c.Help()
 				}
-				return fmt.Errorf("unknown subcommand %q for %q: use status, shards, history, resign or transfer (see 'caddy leader --help')", args[0], c.CommandPath())
+				return fmt.Errorf("unknown subcommand %q for %q: use status, shards, history, resign, transfer or jobs (see 'caddy leader --help')", args[0], c.CommandPath())
 			}
 			cmd.AddCommand(leaderSubcommand("status", "[--election <name>] [--json]", "Lists the elections this instance takes part in",
 				func(c *cobra.Command) { c.Flags().Bool("json", false, "Print the admin API's JSON instead of a table") },
@@ -93,6 +95,7 @@ time, and it said so), or crashed (no word from it: killed, hung or cut off).
 				func(fl caddycmd.Flags, out io.Writer, addr string) error {
 					return leaderTransfer(out, addr, fl.String("election"), fl.String("to"), fl.String("timeout"), fl.Bool("force"))
 				}))
+			cmd.AddCommand(jobsCommand())
 		},
 	})
 }
@@ -241,9 +244,7 @@ func leaderStatus(out io.Writer, adminAddr, election string, asJSON bool) error 
 		}
 	}
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(adminStatus{Elections: elections, ShardSets: sets})
+		return printJSON(out, adminStatus{Elections: elections, ShardSets: sets})
 	}
 	if len(elections) > 0 || len(sets) == 0 {
 		if err := printStatusTable(out, elections, time.Now()); err != nil {
@@ -313,9 +314,7 @@ func leaderShards(out io.Writer, adminAddr, set string, asJSON bool) error {
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return printJSON(out, st)
 	}
 	if err := printShardSetsTable(out, []ShardSetStatus{st}); err != nil {
 		return err
@@ -453,9 +452,7 @@ func leaderHistory(out io.Writer, adminAddr, election string, asJSON bool) error
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(h)
+		return printJSON(out, h)
 	}
 	if len(h.Terms) == 0 {
 		_, err := fmt.Fprintf(out, "election %s: no term has ended yet (the store keeps the terms that ended, with how and when)\n", election)
@@ -601,6 +598,13 @@ func leaderTransfer(out io.Writer, adminAddr, election, to, timeout string, forc
 		_, err = fmt.Fprintf(out, "warning: %s\n", result.Warning)
 	}
 	return err
+}
+
+// printJSON prints an admin API answer as indented JSON, for --json.
+func printJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // checkDurationFlag checks a duration flag before it is sent: a number without a unit is the

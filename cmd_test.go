@@ -466,8 +466,11 @@ func TestLeaderCommandMisuse(t *testing.T) {
 	}{
 		{"unknown_flag_is_named", []string{"status", "--bogus"}, "unknown flag: --bogus (see 'caddy leader status --help')"},
 		{"extra_argument_is_named", []string{"resign", "extra"}, `unknown command "extra" for "caddy leader resign"`},
-		{"unknown_subcommand_is_named_not_its_flags", []string{"frobnicate", "--address", "X"}, `unknown subcommand "frobnicate" for "caddy leader": use status, shards, history, resign or transfer`},
+		{"unknown_subcommand_is_named_not_its_flags", []string{"frobnicate", "--address", "X"}, `unknown subcommand "frobnicate" for "caddy leader": use status, shards, history, resign, transfer or jobs`},
 		{"status_takes_election", []string{"status", "--election", "default", "--address", closed}, ""},
+		{"jobs_run_needs_the_job", []string{"jobs", "run", "--address", closed}, "accepts 1 arg(s), received 0"},
+		{"jobs_run_takes_shard", []string{"jobs", "run", "compact", "--shard", "3", "--address", closed}, ""},
+		{"jobs_takes_json", []string{"jobs", "--json", "--address", closed}, ""},
 		{"history_takes_election", []string{"history", "--election", "default", "--address", closed}, ""},
 		{"resign_takes_election", []string{"resign", "--election", "default", "--address", closed}, ""},
 		{"transfer_takes_timeout", []string{"transfer", "--to", "a", "--timeout", "5s", "--election", "default", "--address", closed}, ""},

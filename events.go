@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/internal/termconn"
+	"github.com/caddyleader/caddy-leader/jobs"
 )
 
 // Events the leader app emits through Caddy's events app. The election events carry the
@@ -43,6 +44,19 @@ const (
 	// per batch cut at once. Data: election, self, token, kind (layer4, http), reason
 	// (handover, released, deadline, ended), count.
 	EventConnectionsCut = "leader_connections_cut"
+
+	// EventJobStarted: this instance began a run of a scheduled job. Data: job, election,
+	// shard (-1 for a job on an election), slot, token, self, missed, rerun, manual,
+	// lateness_seconds.
+	EventJobStarted = "leader.job_started"
+	// EventJobFinished: a run of a job on this instance ended. Data: those of
+	// EventJobStarted (without lateness_seconds), and result (ok, failed, timeout,
+	// cancelled), attempts, duration_seconds and error (empty on success).
+	EventJobFinished = "leader.job_finished"
+	// EventJobMissed: slots of a job passed without a run while this instance led (or
+	// came to lead after them). Data: job, election, self, slots, reason (no leader,
+	// overlap).
+	EventJobMissed = "leader.job_missed"
 )
 
 // candidateObserver turns what the elector reports into metrics and Caddy events. One is
@@ -200,6 +214,47 @@ func (o *candidateObserver) StoreContacted() {
 		"self": o.self, "failed_requests": out.failures,
 		"unreachable_seconds": time.Since(out.since).Seconds(),
 	})
+}
+
+// events are the runner's hooks: metrics, and the job's Caddy events through the newest
+// config's events app.
+func (p *pooledRunner) events() jobs.Events {
+	enqueue := func(name string, data map[string]any) {
+		if o := p.observer.Load(); o != nil {
+			data["self"] = o.self
+			o.enqueue(name, data)
+		}
+	}
+	runData := func(r jobs.Run) map[string]any {
+		return map[string]any{
+			"job": r.Job, "election": r.Election, "shard": r.Shard, "slot": r.Slot.UTC().Format(time.RFC3339),
+			"token": r.Token, "missed": r.Missed, "rerun": r.Rerun, "manual": r.Manual,
+		}
+	}
+	return jobs.Events{
+		Started: func(r jobs.Run, lateness time.Duration) {
+			if !r.Manual {
+				metrics.jobLateness.WithLabelValues(r.Job).Observe(max(lateness, 0).Seconds())
+			}
+			data := runData(r)
+			data["lateness_seconds"] = lateness.Seconds()
+			enqueue(EventJobStarted, data)
+		},
+		Finished: func(r jobs.Run, result string, took time.Duration, err error) {
+			metrics.jobRuns.WithLabelValues(r.Job, result).Inc()
+			metrics.jobDuration.WithLabelValues(r.Job).Observe(took.Seconds())
+			data := runData(r)
+			data["result"], data["attempts"], data["duration_seconds"], data["error"] = result, r.Attempt, took.Seconds(), ""
+			if err != nil {
+				data["error"] = err.Error()
+			}
+			enqueue(EventJobFinished, data)
+		},
+		Missed: func(job, election string, slots int, why string) {
+			metrics.jobMissed.WithLabelValues(job, why).Add(float64(slots))
+			enqueue(EventJobMissed, map[string]any{"job": job, "election": election, "slots": slots, "reason": why})
+		},
+	}
 }
 
 var (

@@ -195,14 +195,20 @@ func (s *failsafeServer) close() error {
 type failsafeTransport struct{ client *http.Client }
 
 func newFailsafeTransport() failsafeTransport {
-	return failsafeTransport{client: &http.Client{
+	return failsafeTransport{client: directClient()}
+}
+
+// directClient is an HTTP client that ignores proxy settings from the environment and
+// follows no redirect: the peer or service it asks is the one it names.
+func directClient() *http.Client {
+	return &http.Client{
 		Transport: &http.Transport{
 			DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: 4,
 			IdleConnTimeout:     90 * time.Second,
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
+	}
 }
 
 // Ask implements elector.FailsafeTransport.

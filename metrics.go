@@ -27,6 +27,10 @@ var metrics = struct {
 	holdDuration *prometheus.HistogramVec
 	storeErrors  *prometheus.CounterVec
 	shardMoves   *prometheus.CounterVec
+	jobRuns      *prometheus.CounterVec
+	jobDuration  *prometheus.HistogramVec
+	jobLateness  *prometheus.HistogramVec
+	jobMissed    *prometheus.CounterVec
 	state        stateCollector
 }{
 	transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -54,11 +58,32 @@ var metrics = struct {
 		Namespace: "caddy", Subsystem: "leader", Name: "shard_moves_total",
 		Help: "Shards of a set that this instance came to own (direction in) or stopped owning (direction out).",
 	}, []string{"set", "direction"}),
+	// A job's runs are counted per job, never per slot or shard: a job on a shard set of
+	// thousands runs under thousands of terms.
+	jobRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "leader", Name: "job_runs_total",
+		Help: "Runs of a job by this instance, by result (ok, failed, timeout, cancelled).",
+	}, []string{"job", "result"}),
+	jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "caddy", Subsystem: "leader", Name: "job_run_duration_seconds",
+		Help:    "How long the runs of a job took, from their first attempt to their end, retries included.",
+		Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900},
+	}, []string{"job"}),
+	jobLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "caddy", Subsystem: "leader", Name: "job_lateness_seconds",
+		Help:    "How long after its slot a run of a job began.",
+		Buckets: []float64{.001, .01, .05, .1, .5, 1, 5, 10, 60, 300},
+	}, []string{"job"}),
+	jobMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy", Subsystem: "leader", Name: "job_missed_slots_total",
+		Help: "Slots of a job that passed without a run, by reason (no leader, overlap).",
+	}, []string{"job", "reason"}),
 }
 
 // metricCollectors are every collector the plugin exports.
 func metricCollectors() []prometheus.Collector {
 	return append([]prometheus.Collector{metrics.transitions, metrics.requests, metrics.holdDuration, metrics.storeErrors, metrics.shardMoves, metrics.state,
+		metrics.jobRuns, metrics.jobDuration, metrics.jobLateness, metrics.jobMissed,
 		failsafeRounds, failsafeCollector{}}, termconn.Collectors()...)
 }
 

@@ -133,7 +133,14 @@ type App struct {
 	// confirming it. Default: off: without the store nobody leads.
 	Failsafe *Failsafe `json:"failsafe,omitempty"`
 
+	// Jobs are leader-only scheduled jobs, by name (see Job): once per slot across the
+	// fleet, the leader of each job's election sends the job's HTTP request. A reload
+	// that keeps a job's name and election keeps its runner, and a run under way goes
+	// on. Default: none.
+	Jobs map[string]*Job `json:"jobs,omitempty"`
+
 	candidate *elector.Candidate
+	backend   elector.Backend // the candidacy's, which keeps the jobs' records
 	observer  *candidateObserver
 	ctx       caddy.Context
 	poolKey   string
@@ -160,6 +167,7 @@ type pooledCandidate struct {
 	*elector.Candidate
 	failsafe *failsafeServer // nil without failsafe
 	store    string          // the store's module id (leader.stores.etcd, ...), for messages
+	backend  elector.Backend
 }
 
 // Destruct implements caddy.Destructor: hand over and leave the fleet.
@@ -213,7 +221,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		p := pooledCandidate{Candidate: c, store: "the store"}
+		p := pooledCandidate{Candidate: c, store: "the store", backend: backend}
 		if m, ok := store.(caddy.Module); ok {
 			p.store = m.CaddyModule().ID.Name() + " (" + string(m.CaddyModule().ID) + ")"
 		}
@@ -228,7 +236,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		a.poolKey = ""
 		return err
 	}
-	a.candidate = val.(pooledCandidate).Candidate
+	a.candidate, a.backend = val.(pooledCandidate).Candidate, val.(pooledCandidate).backend
 	a.candidate.SetLogger(a.logger)
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
@@ -258,7 +266,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
-	return nil
+	return a.provisionJobs()
 }
 
 func (a *App) expandAndDefault() error {
@@ -373,6 +381,9 @@ func (a *App) check() error {
 		if err := a.Failsafe.check(time.Duration(a.TTL)); err != nil {
 			return err
 		}
+	}
+	if err := a.checkJobs(); err != nil {
+		return err
 	}
 	if a.StepDown != nil {
 		return a.StepDown.check()
@@ -507,6 +518,7 @@ func (a *App) Start() error {
 	if a.StepDown != nil {
 		go a.watchHealth(a.ctx)
 	}
+	a.startJobs()
 	return nil
 }
 
@@ -585,6 +597,8 @@ func (a *App) Stop() error {
 // Cleanup implements caddy.CleanerUpper. It also runs after a failed Provision, so it
 // tolerates a half-provisioned app.
 func (a *App) Cleanup() error {
+	// The runners first: a runner that stops cancels its run before its elections go.
+	jobsErr := a.cleanupJobs()
 	if a.candidate != nil {
 		for _, e := range a.elections {
 			a.candidate.Release(e)
@@ -592,9 +606,9 @@ func (a *App) Cleanup() error {
 	}
 	if a.poolKey != "" {
 		_, err := candidates.Delete(a.poolKey)
-		return err
+		return errors.Join(jobsErr, err)
 	}
-	return nil
+	return jobsErr
 }
 
 // joinElection is how a handler, matcher or upstream source named module provisions: it
