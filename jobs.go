@@ -1,6 +1,7 @@
 package caddyleader
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -370,6 +371,11 @@ func (a *App) startJobs() {
 		// the app must leave the running job as the running config has it.
 		j.runner.use(j)
 		j.runner.start.Do(j.runner.Start)
+		for _, e := range j.runner.elections {
+			// The same handler whichever config registers it: it finds the runners of
+			// every loaded config.
+			e.HandleErrands(func(_ context.Context, from string, errand []byte) { doJobErrand(e, from, errand) })
+		}
 	}
 }
 

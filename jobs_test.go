@@ -324,7 +324,6 @@ func TestJobsOperate(t *testing.T) {
 	}{
 		{"unknown_job", "nightly", -1, `no job "nightly" is configured on this instance (HTTP 404)`},
 		{"shard_of_a_job_on_an_election", "report", 2, "runs on an election, not a shard set: leave shard out (HTTP 400)"},
-		{"another_instance_leads", "remote", -1, "node-b leads it: run it there (HTTP 409)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := leaderRunJob(io.Discard, admin, c.job, c.shard)
@@ -333,6 +332,15 @@ func TestJobsOperate(t *testing.T) {
 			}
 		})
 	}
+	t.Run("another_instance_leads_and_is_asked", func(t *testing.T) {
+		var out strings.Builder
+		if err := leaderRunJob(&out, admin, "remote", -1); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "asked node-b, the leader of elsewhere") {
+			t.Errorf("the command says %q, want that it asked node-b", out.String())
+		}
+	})
 }
 
 // TestJobProvisionErrors: a job's bad field is named, with the job's name, in JSON as in
@@ -458,15 +466,33 @@ func TestJobOnEtcd(t *testing.T) {
 	b := startInstanceUnder(t, cluster.Endpoints(), "/jobs-test/", "node-b", "http://node-b.test", "jobs-etcd", 2*time.Second, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+
+	// A follower asks the leader to run the job now, through the store: the leader's
+	// runner runs it and records it as a manual run.
+	waitUntil(t, "node-b following node-a", func() bool { return b.election.Term().Leader.ID == "node-a" })
+	errand, _ := json.Marshal(jobErrand{Job: "tick"})
+	if err := b.election.AskLeader(ctx, errand); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the manual run the follower asked for", func() bool {
+		if err := adminCall(admin, http.MethodGet, "/leader/jobs", &answer); err != nil {
+			t.Fatal(err)
+		}
+		m := answer.Jobs[0].Leads[0].Record.Manual
+		return m != nil && m.By == "node-a" && m.Result == jobs.ResultOK
+	})
+
 	if err := e.Resign(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "node-b leads", func() bool { return b.election.Term().Holds() })
+	waitUntil(t, "node-b leads, as node-a sees it", func() bool {
+		return b.election.Term().Holds() && e.Term().Leader.ID == "node-b"
+	})
 	reqs, _ := svc.seen()
 	after := len(reqs)
-	err = leaderRunJob(io.Discard, admin, "tick", -1)
-	if err == nil || !strings.Contains(err.Error(), "node-b leads it") {
-		t.Errorf("run on the old leader: %v, want a 409 naming node-b", err)
+	var out strings.Builder
+	if err := leaderRunJob(&out, admin, "tick", -1); err != nil || !strings.Contains(out.String(), "asked node-b") {
+		t.Errorf("run on the old leader: %v, %q; want it to ask node-b", err, out.String())
 	}
 	// Slots come every 50ms: a runner that went on would have sent requests meanwhile.
 	waitUntil(t, "several slots pass", func() bool { return time.Since(b.election.Term().Leader.Since) > 300*time.Millisecond })
@@ -575,12 +601,12 @@ func TestJobOnShardSet(t *testing.T) {
 			w, err = post("/leader/jobs/compact/run?shard=1")
 			return err == nil // a scheduled run under way is ErrBusy: ask again
 		})
-		var run jobs.Run
-		if err := json.Unmarshal(w.Body.Bytes(), &run); err != nil {
+		var answer jobRunAnswer
+		if err := json.Unmarshal(w.Body.Bytes(), &answer); err != nil {
 			t.Fatal(err)
 		}
-		if w.Code != http.StatusAccepted || run.Shard != 1 || run.Election != "rooms.1" || !run.Manual {
-			t.Errorf("%d %+v, want 202 and a manual run of shard 1", w.Code, run)
+		if run := answer.Run; w.Code != http.StatusAccepted || run == nil || run.Shard != 1 || run.Election != "rooms.1" || !run.Manual {
+			t.Errorf("%d %+v, want 202 and a manual run of shard 1", w.Code, answer)
 		}
 	})
 }

@@ -12,7 +12,9 @@ import (
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
+	"github.com/caddyleader/caddy-leader/elector"
 	"github.com/caddyleader/caddy-leader/jobs"
 )
 
@@ -94,9 +96,27 @@ func (p *pooledRunner) status(ctx context.Context) JobStatus {
 	return st
 }
 
-// runJobNow runs the named job now on this instance, under the lead ?shard names (a job on
-// a shard set needs it), and answers 202 with the run; 409 when this instance does not lead
-// there (naming who does) or a run is under way.
+// jobRunAnswer is POST /leader/jobs/<job>/run's answer: the run this instance started,
+// or, on an instance that does not lead there, the leader it asked to run it.
+type jobRunAnswer struct {
+	// Run is the run started here.
+	Run *jobs.Run `json:"run,omitempty"`
+	// Asked is the instance (the leader of Election's term Token) asked to run it.
+	Asked    string `json:"asked,omitempty"`
+	Election string `json:"election,omitempty"`
+	Token    int64  `json:"token,omitempty"`
+}
+
+// jobErrand is what an instance asks the leader to do for POST /leader/jobs/<job>/run: run
+// the job now under the election the errand reaches (a shard's, for a job on a set).
+type jobErrand struct {
+	Job string `json:"job"`
+}
+
+// runJobNow runs the named job now under the lead ?shard names (a job on a shard set needs
+// it) and answers 202: on this instance if it leads there, else on the leader, asked
+// through the store (see elector's errands). 409 when no instance leads there, when a run
+// is under way here, or while another request to the leader is pending.
 func runJobNow(w http.ResponseWriter, r *http.Request, name string) error {
 	runners := runningJobs()[name]
 	if len(runners) == 0 {
@@ -111,22 +131,60 @@ func runJobNow(w http.ResponseWriter, r *http.Request, name string) error {
 		}
 		shard = n
 	}
+	answer := jobRunAnswer{}
 	run, err := p.RunNow(shard)
-	if err != nil {
+	if err == nil {
+		answer.Run = &run
+	} else {
 		e := p.elections[max(shard, 0)]
 		t := e.Term()
-		leader := "no instance leads it now"
-		if t.LeaderKnown() {
-			leader = t.Leader.ID + " leads it"
+		switch {
+		case !errors.Is(err, jobs.ErrNotLeading):
+			return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("job %s under %s: %v", name, e.Name(), err)}
+		case !t.LeaderKnown() || t.Holds():
+			// This instance holds the key but cannot run yet (its term settles, drains, or
+			// has not read the job's record), or nobody leads.
+			return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("job %s runs on the leader of %s, and no instance leads it now: try again", name, e.Name())}
 		}
-		if errors.Is(err, jobs.ErrNotLeading) {
-			return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("job %s runs on the leader of %s; %s: run it there", name, e.Name(), leader)}
+		errand, _ := json.Marshal(jobErrand{Job: name}) // a string always marshals
+		if err := e.AskLeader(r.Context(), errand); err != nil {
+			return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("job %s: asking %s, the leader of %s: %v", name, t.Leader.ID, e.Name(), err)}
 		}
-		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("job %s under %s: %v", name, e.Name(), err)}
+		answer.Asked, answer.Election, answer.Token = t.Leader.ID, e.Name(), t.Token
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
-	return json.NewEncoder(w).Encode(run)
+	return json.NewEncoder(w).Encode(answer)
+}
+
+// doJobErrand runs, on the leader of e, the job another instance asked it to run now.
+func doJobErrand(e *elector.Election, from string, errand []byte) {
+	log := caddy.Log().Named("leader.jobs")
+	var ask jobErrand
+	if err := json.Unmarshal(errand, &ask); err != nil || ask.Job == "" {
+		return // an errand of another kind
+	}
+	for _, p := range runningJobs()[ask.Job] {
+		for i, pe := range p.elections {
+			if pe != e {
+				continue
+			}
+			shard := -1
+			if p.config.Load().ShardSet != "" {
+				shard = i
+			}
+			if _, err := p.RunNow(shard); err != nil {
+				log.Warn("cannot run the job another instance asked for", zap.String("job", ask.Job),
+					zap.String("election", e.Name()), zap.String("requested_by", from), zap.Error(err))
+				return
+			}
+			log.Info("running the job another instance asked for", zap.String("job", ask.Job),
+				zap.String("election", e.Name()), zap.String("requested_by", from))
+			return
+		}
+	}
+	log.Warn("asked to run a job this instance does not run under that election", zap.String("job", ask.Job),
+		zap.String("election", e.Name()), zap.String("requested_by", from))
 }
 
 // shardHint says which shard numbers the job takes.

@@ -11,8 +11,6 @@ import (
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
-
-	"github.com/caddyleader/caddy-leader/jobs"
 )
 
 // jobsCommand is `caddy leader jobs` and its `run` subcommand.
@@ -87,10 +85,14 @@ func leaderRunJob(out io.Writer, adminAddr, job string, shard int) error {
 	if shard >= 0 {
 		uri += "?" + url.Values{"shard": {strconv.Itoa(shard)}}.Encode()
 	}
-	var run jobs.Run
-	if err := adminCall(adminAddr, http.MethodPost, uri, &run); err != nil {
+	var answer jobRunAnswer
+	if err := adminCall(adminAddr, http.MethodPost, uri, &answer); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(out, "job %s: run started on %s under %s (term %d)\n", job, run.Instance, run.Election, run.Token)
+	if run := answer.Run; run != nil {
+		_, err := fmt.Fprintf(out, "job %s: run started on %s under %s (term %d)\n", job, run.Instance, run.Election, run.Token)
+		return err
+	}
+	_, err := fmt.Fprintf(out, "job %s: asked %s, the leader of %s (term %d), to run it now\n", job, answer.Asked, answer.Election, answer.Token)
 	return err
 }
