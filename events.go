@@ -48,15 +48,15 @@ const (
 	// EventJobStarted: this instance began a run of a scheduled job. Data: job, election,
 	// shard (-1 for a job on an election), slot, token, self, missed, rerun, manual,
 	// lateness_seconds.
-	EventJobStarted = "leader.job_started"
+	EventJobStarted = "leader_job_started"
 	// EventJobFinished: a run of a job on this instance ended. Data: those of
 	// EventJobStarted (without lateness_seconds), and result (ok, failed, timeout,
 	// cancelled), attempts, duration_seconds and error (empty on success).
-	EventJobFinished = "leader.job_finished"
+	EventJobFinished = "leader_job_finished"
 	// EventJobMissed: slots of a job passed without a run while this instance led (or
 	// came to lead after them). Data: job, election, self, slots, reason (no leader,
 	// overlap).
-	EventJobMissed = "leader.job_missed"
+	EventJobMissed = "leader_job_missed"
 )
 
 // candidateObserver turns what the elector reports into metrics and Caddy events. One is

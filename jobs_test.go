@@ -502,7 +502,7 @@ func TestJobOnEtcd(t *testing.T) {
 }
 
 // TestJobMissedSlots: slots that come while a run is held are counted as missed for
-// overlap, in the metric and as leader.job_missed events.
+// overlap, in the metric and as leader_job_missed events.
 func TestJobMissedSlots(t *testing.T) {
 	_, store := newMemoryStore(t)
 	svc := newJobService(t)
