@@ -56,8 +56,9 @@ const (
 type shardCost struct {
 	goroutines   float64 // per instance and shard, once placed
 	heap         float64 // bytes per instance and shard, once placed
+	stacks       float64 // bytes of goroutine stacks per instance and shard, once placed
 	placed       float64 // shards at their preferred owner when placement ended
-	placeCalls   float64 // store calls of the fleet until then, per shard
+	placeCalls   float64 // store calls until then, per instance and shard
 	placeSeconds float64
 	idleCalls    float64 // store calls of the fleet per second and shard, once placed
 	moved        float64 // shards the leaving instance held
@@ -69,6 +70,7 @@ type shardCost struct {
 func (c *shardCost) add(o shardCost) {
 	c.goroutines += o.goroutines
 	c.heap += o.heap
+	c.stacks += o.stacks
 	c.placed += o.placed
 	c.placeCalls += o.placeCalls
 	c.placeSeconds += o.placeSeconds
@@ -86,6 +88,7 @@ func (c *shardCost) report(b *testing.B, n int) {
 	}{
 		{c.goroutines, "goroutines/inst/shard"},
 		{c.heap, "heapB/inst/shard"},
+		{c.stacks, "stackB/inst/shard"},
 		{c.placed, "placed"},
 		{c.placeCalls, "start-calls/inst/shard"},
 		{c.placeSeconds, "place-s"},
@@ -115,11 +118,12 @@ func measureShardSet(b *testing.B, n, count int) shardCost {
 	stopClock := store.RunClock(b, 10*time.Millisecond)
 	defer stopClock()
 	baseGoroutines := goroutinesByFunction()
-	baseHeap := heapInUse()
+	baseMem := memInUse()
+	running := runtime.NumGoroutine()
 
 	b.StartTimer()
 	f := startCostFleet(b, store, n, count)
-	defer f.close()
+	defer f.close(running)
 	var c shardCost
 	start := time.Now()
 	preferred := preferredOwners(f.ids, count)
@@ -132,7 +136,9 @@ func measureShardSet(b *testing.B, n, count int) shardCost {
 	b.Logf("%d shards: %d placed in %s; calls by method until then: %v", count, placed, time.Since(start).Round(time.Millisecond), startCalls)
 
 	shardsRun := float64(n * count)
-	c.heap = float64(heapInUse()-baseHeap) / shardsRun
+	mem := memInUse()
+	c.heap = float64(mem.heap-baseMem.heap) / shardsRun
+	c.stacks = float64(mem.stacks-baseMem.stacks) / shardsRun
 	after := goroutinesByFunction()
 	grown := 0
 	for fn, k := range after {
@@ -186,12 +192,16 @@ func startCostFleet(b *testing.B, store *Store, n, count int) *costFleet {
 	return f
 }
 
-func (f *costFleet) close() {
+// close closes every instance, then waits (within a bound) until the process is back to
+// the goroutines it ran before the fleet: the store's watches end a moment after Close
+// returns, and the next measurement's baseline must not count what they still hold.
+func (f *costFleet) close(goroutines int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, c := range f.cands {
 		_ = c.Close(ctx)
 	}
+	waitFor(10*time.Second, func() int { return -runtime.NumGoroutine() }, -goroutines)
 }
 
 // preferredOwners is each shard's preferred owner among ids, all of the default priority.
@@ -294,12 +304,19 @@ func diffCalls(after, before map[string]int64) map[string]int64 {
 	return out
 }
 
-// heapInUse is the live heap after a collection.
-func heapInUse() int64 {
+// memory is what the process holds after a collection: its live heap and its goroutines'
+// stacks.
+type memory struct{ heap, stacks int64 }
+
+// memInUse is the memory the process holds after a collection. The heap leaves out the
+// runtime's descriptor of each goroutine (about 0.4 KiB), which it keeps for reuse once the
+// goroutine ends, and what else the process keeps once a fleet has run: the first
+// measurement of a size counts it, later ones do not (see BENCHMARKS.md).
+func memInUse() memory {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
+	return memory{heap: int64(m.HeapAlloc), stacks: int64(m.StackInuse)}
 }
 
 // goroutinesByFunction counts the goroutines of the process by the function each one
