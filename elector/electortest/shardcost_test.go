@@ -309,9 +309,9 @@ func diffCalls(after, before map[string]int64) map[string]int64 {
 type memory struct{ heap, stacks int64 }
 
 // memInUse is the memory the process holds after a collection. The heap leaves out the
-// runtime's descriptor of each goroutine (about 0.4 KiB), which it keeps for reuse once the
-// goroutine ends, and what else the process keeps once a fleet has run: the first
-// measurement of a size counts it, later ones do not (see BENCHMARKS.md).
+// runtime's descriptor of each goroutine (a few hundred bytes), which it keeps for reuse
+// once the goroutine ends, and what else the process keeps once a fleet has run: the
+// first measurement of a size counts it, later ones do not (see BENCHMARKS.md).
 func memInUse() memory {
 	runtime.GC()
 	var m runtime.MemStats
