@@ -40,6 +40,7 @@ type Store struct {
 	jobs     map[string][]byte        // election + "\x00" + job -> record (jobs.Store)
 	down     error
 	changed  chan struct{} // closed and replaced on every write
+	clients  []*Client     // every client made, for Calls
 }
 
 type key struct {
@@ -145,7 +146,28 @@ func (s *Store) Expire(id elector.LeaseID) {
 }
 
 // Client returns a new connection to the store, as one candidate has.
-func (s *Store) Client() *Client { return &Client{s: s} }
+func (s *Store) Client() *Client {
+	c := &Client{s: s}
+	s.mu.Lock()
+	s.clients = append(s.clients, c)
+	s.mu.Unlock()
+	return c
+}
+
+// Calls is how many times each method was called so far on all the clients of s, by
+// method name (see Client.Calls).
+func (s *Store) Calls() map[string]int64 {
+	s.mu.Lock()
+	clients := s.clients
+	s.mu.Unlock()
+	out := make(map[string]int64)
+	for _, c := range clients {
+		for op, n := range c.Calls() {
+			out[op] += n
+		}
+	}
+	return out
+}
 
 func (s *Store) wakeLocked() {
 	close(s.changed)
@@ -249,8 +271,7 @@ type Client struct {
 	fail   map[string]opFailure // method name -> how its calls fail
 	lose   map[string]opFailure // method name -> how its calls are applied but answer an error
 	delay  time.Duration        // added before every request and every watch event
-	// candidateReads counts the calls of Candidates.
-	candidateReads atomic.Int64
+	calls  map[string]int64     // method name -> how many times it was called
 }
 
 // SetDelay makes every request of this client, and every change its watches report, reach
@@ -279,7 +300,30 @@ func (c *Client) lag(ctx context.Context) {
 
 // CandidateReads is how many times Candidates was called on c: how often its candidate
 // read the registry rather than its view of it.
-func (c *Client) CandidateReads() int64 { return c.candidateReads.Load() }
+func (c *Client) CandidateReads() int64 { return c.Calls()["Candidates"] }
+
+// count counts one call of method op, whether or not it reaches the store. A watch counts
+// once, when it is opened: a real store serves it as one stream.
+func (c *Client) count(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		c.calls = make(map[string]int64)
+	}
+	c.calls[op]++
+}
+
+// Calls is how many times each method of c was called so far, by method name: what a
+// candidate asks of the store, for tests and benchmarks that measure it.
+func (c *Client) Calls() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.calls))
+	for op, n := range c.calls {
+		out[op] = n
+	}
+	return out
+}
 
 // opFailure makes the next n calls of one method fail with err (every call while n < 0).
 type opFailure struct {
@@ -372,6 +416,7 @@ func (c *Client) lock(ctx context.Context) error {
 
 // Grant implements elector.Backend; it grants exactly ttl.
 func (c *Client) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID, time.Duration, error) {
+	c.count("Grant")
 	if err := c.lock(ctx); err != nil {
 		return 0, 0, err
 	}
@@ -389,6 +434,7 @@ var leaseIDs atomic.Int64
 
 // Renew implements elector.Backend. The lease keeps the ttl it was granted with.
 func (c *Client) Renew(ctx context.Context, id elector.LeaseID) (time.Duration, error) {
+	c.count("Renew")
 	if err := c.lock(ctx); err != nil {
 		return 0, err
 	}
@@ -404,6 +450,7 @@ func (c *Client) Renew(ctx context.Context, id elector.LeaseID) (time.Duration, 
 
 // Revoke implements elector.Backend.
 func (c *Client) Revoke(ctx context.Context, id elector.LeaseID) error {
+	c.count("Revoke")
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
@@ -414,6 +461,7 @@ func (c *Client) Revoke(ctx context.Context, id elector.LeaseID) error {
 
 // Campaign implements elector.Backend.
 func (c *Client) Campaign(ctx context.Context, election string, value []byte, lease elector.LeaseID) (elector.Observation, error) {
+	c.count("Campaign")
 	if err := c.lock(ctx); err != nil {
 		return elector.Observation{}, err
 	}
@@ -440,6 +488,7 @@ func (c *Client) Campaign(ctx context.Context, election string, value []byte, le
 
 // Observe implements elector.Backend.
 func (c *Client) Observe(ctx context.Context, election string) (elector.Observation, error) {
+	c.count("Observe")
 	if err := c.lock(ctx); err != nil {
 		return elector.Observation{}, err
 	}
@@ -449,6 +498,7 @@ func (c *Client) Observe(ctx context.Context, election string) (elector.Observat
 
 // Watch implements elector.Backend.
 func (c *Client) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
+	c.count("Watch")
 	out := make(chan elector.Observation, 1)
 	go func() {
 		defer close(out)
@@ -499,6 +549,7 @@ func (c *Client) Watch(ctx context.Context, election string, afterRev int64) <-c
 
 // Update implements elector.Backend.
 func (c *Client) Update(ctx context.Context, election string, token int64, value []byte) (bool, error) {
+	c.count("Update")
 	if err := c.failing("Update"); err != nil {
 		return false, err
 	}
@@ -517,6 +568,7 @@ func (c *Client) Update(ctx context.Context, election string, token int64, value
 
 // Acknowledge implements elector.Backend.
 func (c *Client) Acknowledge(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
+	c.count("Acknowledge")
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
@@ -550,6 +602,7 @@ func (s *Store) ackLocked(election string, token int64, lease elector.LeaseID, w
 
 // Released implements elector.Backend.
 func (c *Client) Released(ctx context.Context, election string, token int64, lease elector.LeaseID) (bool, string, error) {
+	c.count("Released")
 	if err := c.lock(ctx); err != nil {
 		return false, "", err
 	}
@@ -569,6 +622,7 @@ func (c *Client) Released(ctx context.Context, election string, token int64, lea
 
 // Expire implements elector.Backend.
 func (c *Client) Expire(ctx context.Context, election string, token, rev int64) (bool, error) {
+	c.count("Expire")
 	if err := c.lock(ctx); err != nil {
 		return false, err
 	}
@@ -582,6 +636,7 @@ func (c *Client) Expire(ctx context.Context, election string, token, rev int64) 
 
 // Release implements elector.Backend.
 func (c *Client) Release(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
+	c.count("Release")
 	if err := c.failing("Release"); err != nil {
 		return err
 	}
@@ -598,6 +653,7 @@ func (c *Client) Release(ctx context.Context, election string, token int64, leas
 
 // Announce implements elector.Backend.
 func (c *Client) Announce(ctx context.Context, election, id string, value []byte, lease elector.LeaseID) error {
+	c.count("Announce")
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
@@ -617,7 +673,7 @@ func (c *Client) Announce(ctx context.Context, election, id string, value []byte
 
 // Candidates implements elector.Backend.
 func (c *Client) Candidates(ctx context.Context, election string) ([]elector.CandidateEntry, error) {
-	c.candidateReads.Add(1)
+	c.count("Candidates")
 	if err := c.failing("Candidates"); err != nil {
 		return nil, err
 	}
@@ -640,6 +696,7 @@ func (s *Store) candidatesLocked(election string) []elector.CandidateEntry {
 // WatchCandidates implements elector.Backend. Like WatchIntent it reports the list
 // whenever it changed, so two quick changes may show only as the later one.
 func (c *Client) WatchCandidates(ctx context.Context, election string) <-chan elector.CandidatesChange {
+	c.count("WatchCandidates")
 	return watchState(ctx, c, func() (elector.CandidatesChange, int64) {
 		return elector.CandidatesChange{Candidates: c.s.candidatesLocked(election)}, c.s.candRev[election]
 	}, func(err error) elector.CandidatesChange { return elector.CandidatesChange{Err: err} })
@@ -693,6 +750,7 @@ type candidate struct {
 
 // AppendHistory implements elector.Backend.
 func (c *Client) AppendHistory(ctx context.Context, election string, entry []byte, keep int) error {
+	c.count("AppendHistory")
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
@@ -708,6 +766,7 @@ func (c *Client) AppendHistory(ctx context.Context, election string, entry []byt
 
 // History implements elector.Backend.
 func (c *Client) History(ctx context.Context, election string) ([][]byte, error) {
+	c.count("History")
 	if err := c.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -721,6 +780,7 @@ func (c *Client) History(ctx context.Context, election string) ([][]byte, error)
 
 // SetIntent implements elector.Backend.
 func (c *Client) SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error {
+	c.count("SetIntent")
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
@@ -734,6 +794,7 @@ func (c *Client) SetIntent(ctx context.Context, election string, value []byte, t
 
 // ClearIntent implements elector.Backend.
 func (c *Client) ClearIntent(ctx context.Context, election string, value []byte) error {
+	c.count("ClearIntent")
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
@@ -757,6 +818,7 @@ func (s *Store) clearIntentLocked(election string) {
 // intent whenever it changed, so two quick changes may show only as the later one; an
 // intent set again to the same value is reported again.
 func (c *Client) WatchIntent(ctx context.Context, election string) <-chan elector.IntentChange {
+	c.count("WatchIntent")
 	return watchState(ctx, c, func() (elector.IntentChange, int64) {
 		ch := elector.IntentChange{}
 		if in, ok := c.s.intents[election]; ok {
@@ -781,6 +843,7 @@ var _ elector.Backend = (*Client)(nil)
 
 // JobRecord implements jobs.Store.
 func (c *Client) JobRecord(ctx context.Context, election, job string) ([]byte, error) {
+	c.count("JobRecord")
 	if err := c.failing("JobRecord"); err != nil {
 		return nil, err
 	}
@@ -794,6 +857,7 @@ func (c *Client) JobRecord(ctx context.Context, election, job string) ([]byte, e
 // PutJobRecord implements jobs.Store: the record is written only while election's key is
 // held under token.
 func (c *Client) PutJobRecord(ctx context.Context, election, job string, token int64, value []byte) (bool, error) {
+	c.count("PutJobRecord")
 	if err := c.failing("PutJobRecord"); err != nil {
 		return false, err
 	}
