@@ -90,6 +90,8 @@ type Config struct {
 	// MoreShardSets are shard sets the leader app has besides ShardSet, by name and shard
 	// count; no fixed route gates by them (Routes can, with leader_gate's shard_set).
 	MoreShardSets map[string]int
+	// Jobs, when set, is the leader app's jobs field (scheduled jobs), as JSON would have it.
+	Jobs map[string]any
 }
 
 // ShardSet is the name of the shard set of a Config with Shards.
@@ -232,6 +234,9 @@ func (c Config) JSON(in *Instance) []byte {
 	}
 	if p, ok := c.Priority[in.ID]; ok {
 		leaderApp["priority"] = p
+	}
+	if len(c.Jobs) > 0 {
+		leaderApp["jobs"] = c.Jobs
 	}
 	if port, ok := c.FailsafePorts[in.ID]; ok {
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
