@@ -11,8 +11,8 @@ func TestChecks(t *testing.T) {
 		return Run{Job: "tick", Slot: at(slot), Token: 1, Instance: instance, Start: at(start), End: at(end), Completed: completed}
 	}
 	cases := []struct {
-		name                   string
-		runs                   []Run
+		name                  string
+		runs                  []Run
 		overlaps, twice, gaps int
 	}{
 		{"one after the other", []Run{run("a", 0, 0, 0.3, true), run("b", 1, 1, 1.3, true)}, 0, 0, 0},
