@@ -90,7 +90,7 @@ func (r *JobRequest) send(ctx context.Context, method string, run jobs.Run) erro
 		}
 	}
 	req.Header.Set(headerJob, run.Job)
-	req.Header.Set(headerJobSlot, run.Slot.UTC().Format(time.RFC3339))
+	req.Header.Set(headerJobSlot, run.Slot.UTC().Format(time.RFC3339Nano))
 	req.Header.Set(headerToken, strconv.FormatInt(run.Token, 10))
 	req.Header.Set(headerInstance, run.Instance)
 	resp, err := jobClient.Do(req)
@@ -126,7 +126,7 @@ func runPlaceholders(run jobs.Run) caddy.ReplacerFunc {
 		case phJobName:
 			return run.Job, true
 		case phJobSlot:
-			return run.Slot.UTC().Format(time.RFC3339), true
+			return run.Slot.UTC().Format(time.RFC3339Nano), true
 		case phJobSlotUnix:
 			return run.Slot.Unix(), true
 		case phJobAttempt:
