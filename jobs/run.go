@@ -71,9 +71,13 @@ func (r *Runner) execute(u *unit, t *elector.Term, run Run) {
 				rec.Finished = fin
 			}
 		})
-		if !ok {
-			// The run ended but its term did before the record said so: the next term
-			// runs the slot again, under its higher token.
+		if !ok && !run.Manual {
+			// The run ended but its term did before the record said so: another instance's
+			// next term runs the slot again, under its higher token; this instance's own
+			// next term records the finish it knows of instead (see load).
+			u.mu.Lock()
+			u.unrecorded = fin
+			u.mu.Unlock()
 			result = ResultCancelled
 		}
 	}

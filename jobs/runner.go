@@ -150,6 +150,10 @@ type unit struct {
 	running *Run
 	// missed counts slots missed under this term not yet in the record.
 	missed int64
+	// unrecorded is the finish of a slot this instance ran to its end under a term that
+	// ended before the finish was written (the store unreachable): the instance's next
+	// term writes it rather than run the slot again.
+	unrecorded *Mark
 }
 
 // reset forgets a term's state: the term ended, or never read the record.
@@ -217,7 +221,9 @@ func (r *Runner) step(u *unit) (time.Duration, bool) {
 		u.since = now
 	}
 	if u.token == 0 {
-		if !u.loading && !now.Before(u.retryAt) {
+		// A run of an earlier term still ending decides what this term owes (it may leave
+		// a finish to record, see recordUnrecorded): the record is read once it is over.
+		if !u.loading && u.running == nil && !now.Before(u.retryAt) {
 			u.loading = true
 			r.runs.Add(1)
 			go r.load(u, t)
@@ -313,6 +319,9 @@ func (r *Runner) load(u *unit, t *elector.Term) {
 		return // the term ended meanwhile
 	}
 	u.retryAt = time.Time{}
+	if r.recordUnrecorded(u, t, &rec) {
+		return // tried again at the next step
+	}
 	u.token, u.rec, u.queue, u.missed = t.Token, rec, nil, 0
 	var last time.Time
 	if s := rec.Started; s != nil {
@@ -346,6 +355,34 @@ func (r *Runner) load(u *unit, t *elector.Term) {
 		r.miss(u, spec, n-1, MissedNoLeader)
 	}
 	u.queue = append(u.queue, Run{Slot: newest, Missed: n - 1})
+}
+
+// recordUnrecorded writes, under this instance's new term t, the finish of the slot the
+// record shows started and not finished if this instance ran that very run to its end
+// (u.unrecorded): the slot is then finished, and not run again. It reports whether the
+// write failed, in which case the term reads the record again later. u.mu is held.
+func (r *Runner) recordUnrecorded(u *unit, t *elector.Term, rec *Record) (failed bool) {
+	fin := u.unrecorded
+	s := rec.Started
+	if fin == nil || s == nil || !s.Slot.Equal(fin.Slot) || s.Token != fin.Token ||
+		rec.Finished != nil && !rec.Finished.Slot.Before(s.Slot) {
+		u.unrecorded = nil // another term settled the slot since
+		return false
+	}
+	next := *rec
+	next.Finished = fin
+	value, _ := json.Marshal(next) // a struct of strings, numbers and times cannot fail
+	ctx, cancel := context.WithTimeout(r.ctx, storeTimeout)
+	ok, err := r.store.PutJobRecord(ctx, u.lead.Name(), r.spec.Load().Name, t.Token, value)
+	cancel()
+	if err != nil || !ok {
+		u.retryAt = r.cfg.Now().Add(time.Second)
+		return true
+	}
+	u.unrecorded, *rec = nil, next
+	r.cfg.Logger.Info("recorded the finish of a slot this instance ran before its term ended",
+		zap.String("job", r.spec.Load().Name), zap.String("election", u.lead.Name()), zap.Time("slot", fin.Slot))
+	return false
 }
 
 // RunNow runs the job once now under the lead of shard (-1 for a job on an election),

@@ -29,12 +29,12 @@ type service struct {
 	runs     []jobs.Run // in the order they began
 	ended    []jobs.Run // runs whose action returned nil, in order
 	endedAt  []time.Time
-	done     map[time.Time]int
+	done     map[int64]int // by slot, in Unix nanoseconds (a slot read back from the store has lost its zone)
 	changed  chan struct{}
 }
 
 func newService(t *testing.T) *service {
-	s := &service{t: t, done: make(map[time.Time]int), changed: make(chan struct{})}
+	s := &service{t: t, done: make(map[int64]int), changed: make(chan struct{})}
 	t.Cleanup(func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -43,7 +43,7 @@ func newService(t *testing.T) *service {
 		}
 		for slot, n := range s.done {
 			if n > 1 {
-				t.Errorf("slot %s finished %d times", slot.Format(time.RFC3339Nano), n)
+				t.Errorf("slot %s finished %d times", time.Unix(0, slot).UTC().Format(time.RFC3339Nano), n)
 			}
 		}
 	})
@@ -69,7 +69,7 @@ func (s *service) action(ctx context.Context, r jobs.Run) error {
 	s.running--
 	if err == nil {
 		if !r.Manual {
-			s.done[r.Slot]++
+			s.done[r.Slot.UnixNano()]++
 		}
 		s.ended = append(s.ended, r)
 		s.endedAt = append(s.endedAt, time.Now())
@@ -107,6 +107,7 @@ func (s *service) await(what string, within time.Duration, cond func() bool) {
 type jobFleet struct {
 	*electortest.Fleet
 	store   *electortest.Store
+	clients []*electortest.Client
 	runners []*jobs.Runner
 }
 
@@ -124,7 +125,7 @@ func startJobFleet(t *testing.T, n int, spec jobs.Spec, events jobs.Events) *job
 		},
 		Now: s.Now,
 	})
-	jf := &jobFleet{Fleet: f, store: s}
+	jf := &jobFleet{Fleet: f, store: s, clients: clients}
 	for i, m := range f.Members {
 		r := jobs.NewRunner(spec, clients[i], []jobs.Lead{m.Election}, nil,
 			jobs.Config{Instance: m.ID, Logger: zaptest.NewLogger(t).Named(m.ID), Events: events})
@@ -481,6 +482,47 @@ func TestAJobOnShardsRunsEachShardsSlotsUnderItsOwner(t *testing.T) {
 		if term := e.Term(); !term.Holds() || term.Token != r.Token || r.Election != e.Name() {
 			t.Errorf("shard %d ran on %s under token %d in %s; that instance's term there: holds %v, token %d",
 				r.Shard, r.Instance, r.Token, r.Election, term.Holds(), term.Token)
+		}
+	}
+}
+
+func TestAFinishTheStoreMissedIsRecordedByTheSameInstancesNextTerm(t *testing.T) {
+	t.Parallel()
+	svc := newService(t) // fails the test if the slot is finished twice
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var held *jobs.Run
+	svc.act = func(_ context.Context, r jobs.Run) error {
+		mu.Lock()
+		first := held == nil
+		if first {
+			held = &r
+		}
+		mu.Unlock()
+		if first {
+			<-release // finishes whatever becomes of its term
+		}
+		return nil
+	}
+	f := startJobFleet(t, 1, jobs.Spec{Name: "sweep", Schedule: jobs.Every(300 * time.Millisecond), Action: svc.action}, jobs.Events{})
+	leader, token := f.Leader(3 * ttl)
+	svc.await("the first run", 5*time.Second, func() bool { return len(svc.runs) == 1 })
+	// The service finishes the run, but the store refuses its finish, and the term ends.
+	f.clients[0].Fail("PutJobRecord", -1, errors.New("store unreachable"))
+	f.store.Delete(leader.Election.Name())
+	close(release)
+	f.NewLeader(nil, token, 3*ttl)
+	f.clients[0].Fail("PutJobRecord", 0, nil)
+	// The next term records the finish it knows of and goes on with the next slots; the
+	// service fails the test if the slot is run to its end again.
+	svc.await("a later slot", 5*time.Second, func() bool {
+		return len(svc.ended) > 1 && svc.ended[len(svc.ended)-1].Slot.After(held.Slot)
+	})
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	for _, r := range svc.runs[1:] {
+		if r.Slot.Equal(held.Slot) {
+			t.Errorf("slot %s ran again under token %d, though this instance ran it to its end", r.Slot, r.Token)
 		}
 	}
 }
