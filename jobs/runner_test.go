@@ -259,18 +259,10 @@ func TestSlotsMissedWhileNobodyLed(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			t.Parallel()
 			svc := newService(t)
-			var mu sync.Mutex
-			missed := 0
-			events := jobs.Events{Missed: func(_, _ string, n int, why string) {
-				if why == jobs.MissedNoLeader {
-					mu.Lock()
-					missed += n
-					mu.Unlock()
-				}
-			}}
+			events, missedSlots := countMissed(jobs.MissedNoLeader)
 			f := startJobFleet(t, 2, jobs.Spec{Name: "sweep", Schedule: jobs.Every(100 * time.Millisecond),
 				Action: svc.action, Missed: policy}, events)
-			leader, token := f.Leader(3 * ttl)
+			_, token := f.Leader(3 * ttl)
 			svc.await("a run", 5*time.Second, func() bool { return len(svc.ended) >= 1 })
 			// The store goes away: the leader stops at its deadline, and nobody leads until
 			// the store is back.
@@ -286,8 +278,7 @@ func TestSlotsMissedWhileNobodyLed(t *testing.T) {
 			svc.mu.Lock()
 			after := svc.ended[before]
 			svc.mu.Unlock()
-			mu.Lock()
-			defer mu.Unlock()
+			missed := missedSlots()
 			switch policy {
 			case jobs.MissedRunOnce:
 				if after.Missed == 0 || missed != after.Missed {
@@ -298,8 +289,25 @@ func TestSlotsMissedWhileNobodyLed(t *testing.T) {
 					t.Errorf("first run after the outage stands for %d missed slots, %d counted; want 0 and some", after.Missed, missed)
 				}
 			}
-			_ = leader
 		})
+	}
+}
+
+// countMissed returns Events that count the slots missed for why, and the count so far.
+func countMissed(why string) (jobs.Events, func() int) {
+	var mu sync.Mutex
+	missed := 0
+	events := jobs.Events{Missed: func(_, _ string, n int, reason string) {
+		if reason == why {
+			mu.Lock()
+			missed += n
+			mu.Unlock()
+		}
+	}}
+	return events, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return missed
 	}
 }
 
@@ -313,15 +321,7 @@ func TestOverlap(t *testing.T) {
 				time.Sleep(250 * time.Millisecond) // two and a half slots
 				return nil
 			}
-			var mu sync.Mutex
-			overlapped := 0
-			events := jobs.Events{Missed: func(_, _ string, n int, why string) {
-				if why == jobs.MissedOverlap {
-					mu.Lock()
-					overlapped += n
-					mu.Unlock()
-				}
-			}}
+			events, overlappedSlots := countMissed(jobs.MissedOverlap)
 			f := startJobFleet(t, 1, jobs.Spec{Name: "slow", Schedule: jobs.Every(100 * time.Millisecond),
 				Action: svc.action, Overlap: policy}, events)
 			f.Leader(3 * ttl)
@@ -329,9 +329,7 @@ func TestOverlap(t *testing.T) {
 			svc.mu.Lock()
 			a, aEnded, b := svc.ended[1], svc.endedAt[1], svc.ended[2]
 			svc.mu.Unlock()
-			mu.Lock()
-			defer mu.Unlock()
-			if overlapped == 0 {
+			if overlappedSlots() == 0 {
 				t.Error("no slot counted missed for overlap, though every run covers two")
 			}
 			switch policy {
