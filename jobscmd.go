@@ -20,7 +20,7 @@ func jobsCommand() *cobra.Command {
 		func(fl caddycmd.Flags, out io.Writer, addr string) error {
 			return leaderJobs(out, addr, fl.Bool("json"))
 		})
-	run := leaderSubcommand("run", "<job> [--shard <n>]", "Runs a job now on this instance, which must lead the job's election (or shard)",
+	run := leaderSubcommand("run", "<job> [--shard <n>]", "Runs a job now: on this instance if it leads the job's election (or shard), else on the leader, asked through the store",
 		func(c *cobra.Command) {
 			c.Flags().Int("shard", -1, "The shard to run a job on a shard set for (required for such a job)")
 		},
