@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	rbacclient "k8s.io/client-go/kubernetes/typed/rbac/v1"
 	"sigs.k8s.io/yaml"
 
@@ -40,7 +42,9 @@ func shippedRole(t *testing.T) *rbacv1.Role {
 	return nil
 }
 
-// grant gives user the shipped Role, less the verbs in without, in namespace default.
+// grant gives user the shipped Role, less the verbs in without, in namespace default, and
+// returns once the API server's authorizer answers as the new Role says: it learns of a
+// Role from a watch a moment after the write, and a request in between is refused.
 func grant(t *testing.T, srv *kubetest.Server, user string, without ...string) {
 	t.Helper()
 	rc, _, err := RESTConfig(srv.Kubeconfig(t, "admin", "default", ""))
@@ -70,6 +74,37 @@ func grant(t *testing.T, srv *kubetest.Server, user string, without ...string) {
 	if _, err := cs.RoleBindings("default").Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	reviews, err := authorizationclient.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range shippedRole(t).Rules {
+		for _, verb := range rule.Verbs {
+			waitUntilAuthorized(t, reviews, user, rule, verb, !slices.Contains(without, verb))
+		}
+	}
+}
+
+// waitUntilAuthorized waits until the authorizer's answer to user doing verb on rule's
+// resource is want.
+func waitUntilAuthorized(t *testing.T, reviews authorizationclient.AuthorizationV1Interface, user string, rule rbacv1.PolicyRule, verb string, want bool) {
+	t.Helper()
+	ctx := context.Background()
+	waitFor(t, func() error {
+		review, err := reviews.SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: "default", Verb: verb, Group: rule.APIGroups[0], Resource: rule.Resources[0],
+			},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if review.Status.Allowed != want {
+			return fmt.Errorf("the authorizer says %q is allowed: %v, want %v", verb, review.Status.Allowed, want)
+		}
+		return nil
+	}, func(err error) bool { return err == nil })
 }
 
 // TestLeastRBAC runs the conformance suite as a user that has only the shipped Role, then
