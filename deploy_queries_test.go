@@ -91,3 +91,16 @@ func TestDeployedQueriesNameExportedMetrics(t *testing.T) {
 		})
 	}
 }
+
+// TestExportedLabelsKeepClearOfTargetLabels: Prometheus gives every scraped series its
+// target's job and instance labels, and renames a metric's own label of that name to
+// exported_<name>, which every query would then have to know.
+func TestExportedLabelsKeepClearOfTargetLabels(t *testing.T) {
+	for name, labels := range exportedMetrics(t) {
+		for _, l := range labels {
+			if l == "job" || l == "instance" {
+				t.Errorf("%s has the label %q, which Prometheus sets on every scraped series", name, l)
+			}
+		}
+	}
+}

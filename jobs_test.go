@@ -302,8 +302,8 @@ func TestJobsOperate(t *testing.T) {
 	if reqs, _ := svc.seen(); len(reqs) != 1 || reqs[0].URL.RawQuery != "manual=true" {
 		t.Errorf("the service saw %d requests, the first ?%s; want one, ?manual=true", len(reqs), reqs[0].URL.RawQuery)
 	}
-	if got := metric(t, adminPort, `caddy_leader_job_runs_total{job="report",result="ok"}`); got != okBefore+1 {
-		t.Errorf("caddy_leader_job_runs_total{job=report,result=ok} = %v, want %v", got, okBefore+1)
+	if got := metric(t, adminPort, `caddy_leader_job_runs_total{job_name="report",result="ok"}`); got != okBefore+1 {
+		t.Errorf("caddy_leader_job_runs_total{job_name=report,result=ok} = %v, want %v", got, okBefore+1)
 	}
 
 	t.Run("table", func(t *testing.T) {
@@ -529,7 +529,7 @@ func TestJobMissedSlots(t *testing.T) {
 		t.Errorf("%s data %v", EventJobMissed, d)
 	}
 	if got := counterValue(t, metrics.jobMissed.WithLabelValues("held", jobs.MissedOverlap)); got < missedBefore+1 {
-		t.Errorf("caddy_leader_job_missed_slots_total{job=held,reason=overlap} = %v, want at least %v", got, missedBefore+1)
+		t.Errorf("caddy_leader_job_missed_slots_total{job_name=held,reason=overlap} = %v, want at least %v", got, missedBefore+1)
 	}
 }
 

@@ -59,25 +59,26 @@ var metrics = struct {
 		Help: "Shards of a set that this instance came to own (direction in) or stopped owning (direction out).",
 	}, []string{"set", "direction"}),
 	// A job's runs are counted per job, never per slot or shard: a job on a shard set of
-	// thousands runs under thousands of terms.
+	// thousands runs under thousands of terms. The label is job_name, not job: Prometheus
+	// gives every scraped series its target's job label, and would rename ours exported_job.
 	jobRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "leader", Name: "job_runs_total",
 		Help: "Runs of a job by this instance, by result (ok, failed, timeout, cancelled).",
-	}, []string{"job", "result"}),
+	}, []string{"job_name", "result"}),
 	jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "caddy", Subsystem: "leader", Name: "job_run_duration_seconds",
 		Help:    "How long the runs of a job took, from their first attempt to their end, retries included.",
 		Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900},
-	}, []string{"job"}),
+	}, []string{"job_name"}),
 	jobLateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "caddy", Subsystem: "leader", Name: "job_lateness_seconds",
 		Help:    "How long after its slot a run of a job began.",
 		Buckets: []float64{.001, .01, .05, .1, .5, 1, 5, 10, 60, 300},
-	}, []string{"job"}),
+	}, []string{"job_name"}),
 	jobMissed: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "caddy", Subsystem: "leader", Name: "job_missed_slots_total",
 		Help: "Slots of a job that passed without a run, by reason (no leader, overlap).",
-	}, []string{"job", "reason"}),
+	}, []string{"job_name", "reason"}),
 }
 
 // metricCollectors are every collector the plugin exports.
