@@ -124,6 +124,9 @@ func shardScenarios(store string, deleteKey func(s *scenarioRun, election string
 			}
 			s.Delay(victim, safety.OperatorLinkDelay)
 			for _, sh := range deleted {
+				s.Struck = append(s.Struck, sh.Shard)
+			}
+			for _, sh := range deleted {
 				if err := deleteKey(s, fleet.ShardElection(sh.Shard)); err != nil {
 					s.T.Fatalf("delete the key of shard %d: %v", sh.Shard, err)
 				}

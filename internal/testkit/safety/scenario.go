@@ -178,6 +178,9 @@ type Run[S any] struct {
 	Extra     []Outcome            // client requests sent besides the load
 	Marks     map[string]time.Time // see Mark
 	Notes     []string             // the results table's notes, when a check sets none
+	// Struck names the shards whose keys the fault struck, when it struck some and not the
+	// instance: only they bound the old owner's last admission (see CheckShards).
+	Struck []int
 }
 
 // Mark records the time of a named moment of the fault, for its checks.
@@ -255,7 +258,7 @@ func RunOn[S any](t *testing.T, env *Env[S], sc Scenario[S]) Report {
 		if env.Leader != nil {
 			faulted = env.Leader.ID // the instance the fault strikes
 		}
-		rep = CheckShards(sc.Name, results, env.Backend.Since(loadStart), s.FaultAt, loadEnd, faulted)
+		rep = CheckShards(sc.Name, results, env.Backend.Since(loadStart), s.FaultAt, loadEnd, faulted, s.Struck...)
 	} else {
 		rep = Check(sc.Name, results, env.Backend.Since(loadStart), env.Token, s.FaultAt, loadEnd)
 	}

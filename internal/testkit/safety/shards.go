@@ -15,8 +15,11 @@ import (
 // term. Arrivals without a shard are counted as unstamped. OldLastAdmit is the latest
 // admission of a term at the fault that instance faulted served (any instance's, if
 // faulted is empty): the fault's target must stop by its lease deadline, while a shard
-// another instance owned may move later, and gracefully, as placement settles.
-func CheckShards(name string, results []Outcome, log []Arrival, faultAt, loadEnd time.Time, faulted string) Report {
+// another instance owned may move later, and gracefully, as placement settles. When struck
+// names shards, only their terms count there: a fault that struck those shards' keys and
+// only slowed the instance's links leaves its other shards' leases renewable, so their
+// last admission is not bounded by the fault.
+func CheckShards(name string, results []Outcome, log []Arrival, faultAt, loadEnd time.Time, faulted string, struck ...int) Report {
 	rep := Check(name, results, nil, 0, time.Time{}, time.Time{})
 	rep.Takeover = -1
 	byShard := map[int][]Arrival{}
@@ -57,7 +60,7 @@ func CheckShards(name string, results []Outcome, log []Arrival, faultAt, loadEnd
 		if before[shard] != 0 && r.Takeover >= 0 {
 			rep.ShardsMoved++
 			rep.Takeover = max(rep.Takeover, r.Takeover)
-			if faulted == "" || servedBy[before[shard]] == faulted {
+			if (faulted == "" || servedBy[before[shard]] == faulted) && (len(struck) == 0 || slices.Contains(struck, shard)) {
 				rep.OldLastAdmit = max(rep.OldLastAdmit, r.OldLastAdmit)
 			}
 		}

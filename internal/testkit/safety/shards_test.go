@@ -22,6 +22,7 @@ func TestCheckShards(t *testing.T) {
 		// faulted is the instance the fault struck; oldLastAdmit the latest admission,
 		// after the fault, of a term at the fault that it served.
 		faulted      string
+		struck       []int
 		oldLastAdmit time.Duration
 		checkOld     bool
 	}{
@@ -62,13 +63,22 @@ func TestCheckShards(t *testing.T) {
 			faulted: "", oldLastAdmit: 2900 * time.Millisecond, checkOld: true,
 		},
 		{
+			// The fault deleted shard 0's key and slowed c0's links: c0 renews shard 1's
+			// lease through the slow link and admits until it hands shard 1 over 2.9 s
+			// later; only shard 0's term is bound by the fault.
+			name:    "a_shard_the_fault_did_not_strike_is_not_bounded",
+			log:     []Arrival{arr(0, "c0", 7, 10), arr(1, "c0", 3, 20), arr(0, "c0", 7, 300), arr(0, "c2", 9, 500), arr(1, "c0", 3, 3000), arr(1, "c2", 11, 3010)},
+			moved:   2,
+			faulted: "c0", struck: []int{0}, oldLastAdmit: 200 * time.Millisecond, checkOld: true,
+		},
+		{
 			name:    "an_arrival_without_a_shard_is_unstamped",
 			log:     []Arrival{arr(0, "c0", 7, 10), arr(-1, "c0", 7, 20)},
 			unstamp: 1,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rep := CheckShards(tc.name, nil, tc.log, faultAt, loadEnd, tc.faulted)
+			rep := CheckShards(tc.name, nil, tc.log, faultAt, loadEnd, tc.faulted, tc.struck...)
 			if rep.Double != tc.double || rep.Stale != tc.stale || rep.ShardsMoved != tc.moved || rep.Unstamp != tc.unstamp || rep.Wrong != 0 {
 				t.Errorf("double %d, stale %d, moved %d, unstamped %d, wrong %d; want %d, %d, %d, %d, 0 (problems %q)",
 					rep.Double, rep.Stale, rep.ShardsMoved, rep.Unstamp, rep.Wrong, tc.double, tc.stale, tc.moved, tc.unstamp, rep.Problems)
