@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/electionstatus"
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/jobs"
 	"github.com/caddyleader/caddy-leader/shards"
 )
 
@@ -87,6 +88,13 @@ func (*App) RunningElections() map[string]*elector.Election {
 // RunningShardSets summarises the shard sets this process takes part in (see ShardSetStatus).
 func (*App) RunningShardSets(ctx context.Context) []ShardSetStatus {
 	return listShardSets(ctx, time.Now())
+}
+
+// RunningJobs lists the scheduled jobs this process runs, as GET /leader/jobs does; fresh
+// reads each job's record from the store, or else gives it as this instance last knew it
+// (no store request: the status page looks many times a second for a change).
+func (*App) RunningJobs(ctx context.Context, fresh bool) []jobs.Listing {
+	return listJobs(ctx, fresh)
 }
 
 // storeTrouble says, when this instance has not heard from its store for a while, which store

@@ -308,8 +308,21 @@ func (a *App) provisionJobs() error {
 		}
 		j.name, j.poolKey, j.runner = name, string(key), val.(*pooledRunner)
 		j.runSpec, j.observer = spec, a.observer
+		initJobSeries(name)
 	}
 	return nil
+}
+
+// initJobSeries exports job name's counters at 0 before its first run: Prometheus's
+// increase() and rate() see no increase in a series' first sample, so the first failure
+// or missed slot would otherwise go unseen by the alerts (deploy/prometheus/alerts.yml).
+func initJobSeries(name string) {
+	for _, result := range []string{jobs.ResultOK, jobs.ResultFailed, jobs.ResultTimeout, jobs.ResultCancelled} {
+		metrics.jobRuns.WithLabelValues(name, result)
+	}
+	for _, why := range []string{jobs.MissedNoLeader, jobs.MissedOverlap} {
+		metrics.jobMissed.WithLabelValues(name, why)
+	}
 }
 
 // checkJobs names the first wrong field of a job (App.check).

@@ -285,6 +285,14 @@ func TestJobsOperate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = caddy.Stop() })
+	// A job that has not run here yet has its counters at 0, so that the alerts' increase()
+	// sees its first failure or missed slot.
+	for _, series := range []string{`caddy_leader_job_runs_total{job_name="remote",result="failed"}`,
+		`caddy_leader_job_missed_slots_total{job_name="remote",reason="no leader"}`} {
+		if got := metric(t, adminPort, series); got < 0 {
+			t.Errorf("%s is not exported before the job's first run", series)
+		}
+	}
 
 	var out strings.Builder
 	waitUntil(t, "a run of report starts on demand", func() bool {

@@ -19,25 +19,7 @@ import (
 )
 
 // JobStatus is one scheduled job as GET /leader/jobs reports it.
-type JobStatus struct {
-	// Job is the job's name.
-	Job string `json:"job"`
-	// Election is the election that runs it, ShardSet the set whose shards do.
-	Election string `json:"election,omitempty"`
-	ShardSet string `json:"shard_set,omitempty"`
-	// Schedule is `every <interval>` or `cron <expression> [<zone>]`.
-	Schedule string `json:"schedule"`
-	// Request is the request's method and URL, as configured (headers and body left out:
-	// they may hold secrets).
-	Request string `json:"request"`
-	// Timeout, Retries, Overlap and Missed are the job's settings, defaults filled in.
-	Timeout string `json:"timeout"`
-	Retries int    `json:"retries"`
-	Overlap string `json:"overlap"`
-	Missed  string `json:"missed"`
-	// Leads are the job under its election, or under each shard of its set.
-	Leads []jobs.Status `json:"leads"`
-}
+type JobStatus = jobs.Listing
 
 // jobsAnswer is GET /leader/jobs's answer.
 type jobsAnswer struct {
@@ -51,7 +33,7 @@ func serveJobs(w http.ResponseWriter, r *http.Request, rest string) error {
 			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errors.New("use GET")}
 		}
 		w.Header().Set("Content-Type", "application/json")
-		return json.NewEncoder(w).Encode(jobsAnswer{Jobs: listJobs(r.Context())})
+		return json.NewEncoder(w).Encode(jobsAnswer{Jobs: listJobs(r.Context(), true)})
 	}
 	name, ok := strings.CutSuffix(rest, "/run")
 	if !ok || strings.Contains(name, "/") {
@@ -63,11 +45,13 @@ func serveJobs(w http.ResponseWriter, r *http.Request, rest string) error {
 	return runJobNow(w, r, name)
 }
 
-func listJobs(ctx context.Context) []JobStatus {
+// listJobs lists this process's jobs, by name and election; fresh reads each lead's record
+// from the store (see jobs.Runner.Status), or else gives it as this instance last knew it.
+func listJobs(ctx context.Context, fresh bool) []JobStatus {
 	list := []JobStatus{}
 	for _, runners := range runningJobs() {
 		for _, p := range runners {
-			list = append(list, p.status(ctx))
+			list = append(list, p.status(ctx, fresh))
 		}
 	}
 	sort.Slice(list, func(i, j int) bool {
@@ -79,8 +63,8 @@ func listJobs(ctx context.Context) []JobStatus {
 	return list
 }
 
-// status is the job as GET /leader/jobs reports it.
-func (p *pooledRunner) status(ctx context.Context) JobStatus {
+// status is the job as GET /leader/jobs reports it (see listJobs).
+func (p *pooledRunner) status(ctx context.Context, fresh bool) JobStatus {
 	j := p.config.Load()
 	st := JobStatus{Job: p.name, Election: j.Election, ShardSet: j.ShardSet,
 		Timeout: durationOr(j.Timeout, DefaultJobTimeout).String(), Retries: j.Retries,
@@ -92,7 +76,11 @@ func (p *pooledRunner) status(ctx context.Context) JobStatus {
 	if st.ShardSet != "" {
 		st.Election = ""
 	}
-	st.Leads = p.Status(ctx)
+	if fresh {
+		st.Leads = p.Status(ctx)
+	} else {
+		st.Leads = p.Local()
+	}
 	return st
 }
 

@@ -139,6 +139,28 @@ type Mark struct {
 	Attempts int           `json:"attempts,omitempty"`
 }
 
+// Listing is one job as the admin API (GET /leader/jobs) and the status page report it:
+// its settings and how it stands under each lead.
+type Listing struct {
+	// Job is the job's name.
+	Job string `json:"job"`
+	// Election is the election that runs it, ShardSet the set whose shards do.
+	Election string `json:"election,omitempty"`
+	ShardSet string `json:"shard_set,omitempty"`
+	// Schedule is `every <interval>` or `cron <expression> [<zone>]`.
+	Schedule string `json:"schedule"`
+	// Request is the request's method and URL, as configured (headers and body left out:
+	// they may hold secrets).
+	Request string `json:"request"`
+	// Timeout, Retries, Overlap and Missed are the job's settings, defaults filled in.
+	Timeout string `json:"timeout"`
+	Retries int    `json:"retries"`
+	Overlap string `json:"overlap"`
+	Missed  string `json:"missed"`
+	// Leads are the job under its election, or under each shard of its set.
+	Leads []Status `json:"leads"`
+}
+
 // Status is a job in one election as this instance sees it.
 type Status struct {
 	Job      string `json:"job"`

@@ -430,7 +430,13 @@ const freshStatusBound = 64
 // Status reports the job under each lead, with its record read from the store (or, if the
 // store does not answer, or the job runs on more than freshStatusBound shards, as this
 // instance last knew it).
-func (r *Runner) Status(ctx context.Context) []Status {
+func (r *Runner) Status(ctx context.Context) []Status { return r.status(ctx, true) }
+
+// Local is Status without a store request: each record as this instance last read or
+// wrote it. It is cheap enough to call many times a second.
+func (r *Runner) Local() []Status { return r.status(context.Background(), false) }
+
+func (r *Runner) status(ctx context.Context, fresh bool) []Status {
 	spec := r.spec.Load()
 	now := r.cfg.Now()
 	out := make([]Status, 0, len(r.units))
@@ -451,7 +457,7 @@ func (r *Runner) Status(ctx context.Context) []Status {
 			st.Running = &run
 		}
 		u.mu.Unlock()
-		if len(r.units) > freshStatusBound {
+		if !fresh || len(r.units) > freshStatusBound {
 			out = append(out, st)
 			continue
 		}

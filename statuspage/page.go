@@ -238,6 +238,10 @@ func (p *page) localState(src electionSource, now time.Time) string {
 			lines = append(lines, strings.Join(line, "\x00"))
 		}
 	}
+	// Each job's runs as this instance knows them, without a store request.
+	for _, j := range jobsShown(context.Background(), src, p.only, false) {
+		lines = append(lines, jobState(j))
+	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
 }
@@ -253,6 +257,7 @@ type view struct {
 	Elections []electionView
 	ShardSets []shardSetView
 	Unknown   []string
+	Jobs      []jobView
 }
 
 // shardSetView is a shard set with the candidates gone from it lately, each with since
@@ -365,6 +370,9 @@ func (p *page) view(s Snapshot) view {
 	}
 	if v.Self == "" && len(s.ShardSets) > 0 {
 		v.Self = s.ShardSets[0].Self
+	}
+	for _, j := range s.Jobs {
+		v.Jobs = append(v.Jobs, newJobView(j, s))
 	}
 	return v
 }

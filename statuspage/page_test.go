@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/electionstatus"
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/jobs"
 )
 
 // snapshotOf is a snapshot of one election "main" seen by c1, led by c0.
@@ -45,6 +47,9 @@ func TestPageRenders(t *testing.T) {
 		peers bool
 		// shards adds a shard set "rooms" of 16 shards, 2 of them on the move.
 		shards bool
+		// jobs adds the jobs "report" (every 1m under "main", last run failed) and
+		// "sweep" (on the set "rooms", this instance owning 2 of its 3 shards).
+		jobs bool
 	}{
 		{name: "handler_page_is_read_only", page: page{title: "Fleet"},
 			want:    []string{`<b data-leader>c0</b>`, `data-token>7<`, "1m30s", `data-term="6"`, `data-term="7"`, "deadline passed", "5s left", "never leads", `class="gap"`},
@@ -62,6 +67,16 @@ func TestPageRenders(t *testing.T) {
 		{name: "shard_sets_are_summed", page: page{title: "Fleet"}, shards: true,
 			want:    []string{`data-shard-set="rooms"`, `data-shards>16<`, `data-moving>2 `, `<tr data-shard-candidate="c1"><td>c1 (this one)</td><td data-owned>6</td><td>5</td>`},
 			wantNot: []string{`data-election="rooms.`}},
+		{name: "no_jobs_no_section", page: page{title: "Fleet"},
+			wantNot: []string{"data-jobs", "<h2>Jobs</h2>"}},
+		{name: "an_elections_job_shows_its_runs", page: page{title: "Fleet"}, jobs: true,
+			want: []string{"data-jobs", `<tr data-job="report">`, "every 1m0s", "election main", `data-job-runs>c0, its leader<`,
+				"slot Jan 2 03:03:00 by c0 (token 7)", `<span class="bad">slot Jan 2 03:03:00 by c0: failed in 1.5s: status 500</span>`,
+				"Jan 2 03:05:00", `data-job-missed><span class="bad">2</span>`}},
+		{name: "a_shard_sets_job_is_summed", page: page{title: "Fleet"}, jobs: true,
+			want: []string{`<tr data-job="sweep">`, "shard set rooms", "this instance for the 2 of 3 shards it owns",
+				"last result of each shard: ok ×2, timeout ×1", "running here: slot Jan 2 03:04:00, attempt 2, token 12"},
+			wantNot: []string{"rooms.0", "rooms.1"}}, // one row for the set, none per shard
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			snap := snapshotOf(at, c.problem)
@@ -73,6 +88,9 @@ func TestPageRenders(t *testing.T) {
 						{ID: "c1", Priority: 1, Healthy: true, Preferred: 5, Owned: 6},
 						{ID: "c2", Priority: 1, Healthy: true, Preferred: 5, Owned: 5},
 					}}}
+			}
+			if c.jobs {
+				snap.Jobs = testJobs(at)
 			}
 			if c.peers {
 				el := &snap.Elections[0]
@@ -107,6 +125,29 @@ func TestPageRenders(t *testing.T) {
 				t.Errorf("the page loads an outside resource: %s", m)
 			}
 		})
+	}
+}
+
+// testJobs are the jobs of TestPageRenders's jobs cases, as of at.
+func testJobs(at time.Time) []jobs.Listing {
+	slot := at.Truncate(time.Minute).Add(-time.Minute)
+	mark := func(token int64, by, result string) *jobs.Mark {
+		return &jobs.Mark{Slot: slot, Token: token, By: by, At: slot.Add(time.Second), Result: result, Took: 1500 * time.Millisecond}
+	}
+	failed := mark(7, "c0", jobs.ResultFailed)
+	failed.Error = "status 500"
+	shard := func(n int, leading bool, token int64, result string) jobs.Status {
+		return jobs.Status{Job: "sweep", Election: fmt.Sprintf("rooms.%d", n), Shard: n, Leading: leading, Next: slot.Add(2 * time.Minute),
+			Record: &jobs.Record{Started: mark(token, "c1", ""), Finished: mark(token, "c1", result)}}
+	}
+	sweeping := shard(2, true, 12, jobs.ResultTimeout)
+	sweeping.Running = &jobs.Run{Job: "sweep", Slot: slot.Add(time.Minute), Attempt: 2, Token: 12}
+	return []jobs.Listing{
+		{Job: "report", Election: "main", Schedule: "every 1m0s", Request: "POST http://127.0.0.1:9000/report",
+			Leads: []jobs.Status{{Job: "report", Election: "main", Shard: -1, Next: slot.Add(2 * time.Minute),
+				Record: &jobs.Record{Started: mark(7, "c0", ""), Finished: failed, MissedSlots: 2}}}},
+		{Job: "sweep", ShardSet: "rooms", Schedule: "every 1m0s", Request: "GET http://127.0.0.1:9000/sweep",
+			Leads: []jobs.Status{shard(0, true, 10, jobs.ResultOK), shard(1, false, 11, jobs.ResultOK), sweeping}},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddyleader/caddy-leader/electionstatus"
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/jobs"
 )
 
 // Snapshot is what the page shows: the elections this instance takes part in, as it sees
@@ -28,6 +29,9 @@ type Snapshot struct {
 	// ShardSetsGone are, by shard set, the candidates it listed lately but no longer
 	// (stopped, crashed or cut off from the store), as Election.Gone.
 	ShardSetsGone map[string][]GoneCandidate `json:"shard_sets_gone,omitempty"`
+	// Jobs are the scheduled jobs that run under the elections and shard sets shown, as
+	// GET /leader/jobs lists them, sorted by name.
+	Jobs []jobs.Listing `json:"jobs,omitempty"`
 }
 
 // Election is one election of a Snapshot: GET /leader/'s report of it, its history and
@@ -59,6 +63,28 @@ type electionSource interface {
 // shardSource is a source that also has shard sets (caddyleader.App does).
 type shardSource interface {
 	RunningShardSets(ctx context.Context) []electionstatus.ShardSet
+}
+
+// jobSource is a source that also runs scheduled jobs (caddyleader.App does). fresh reads
+// each job's record from the store; otherwise each is as this instance last knew it.
+type jobSource interface {
+	RunningJobs(ctx context.Context, fresh bool) []jobs.Listing
+}
+
+// jobsShown are the jobs of src under the elections and shard sets in only (all when only
+// is empty).
+func jobsShown(ctx context.Context, src electionSource, only []string, fresh bool) []jobs.Listing {
+	js, ok := src.(jobSource)
+	if !ok || src == nil {
+		return nil
+	}
+	var shownJobs []jobs.Listing
+	for _, j := range js.RunningJobs(ctx, fresh) {
+		if shown(only, j.Election+j.ShardSet) { // one of them is empty
+			shownJobs = append(shownJobs, j)
+		}
+	}
+	return shownJobs
 }
 
 // take reads the elections of src named in only (every one when only is empty). Each election
@@ -107,6 +133,7 @@ func take(ctx context.Context, src electionSource, only []string, kept *keptHist
 		}
 	}
 	slices.Sort(snap.Unknown)
+	snap.Jobs = jobsShown(ctx, src, only, true)
 	snap.At = time.Now()
 	for i := range snap.Elections {
 		snap.Elections[i].StoreProblem = storeProblem(snap.Elections[i], snap.At)
