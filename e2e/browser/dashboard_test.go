@@ -26,6 +26,7 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/testkit/deployq"
 	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 	"github.com/caddyleader/caddy-leader/internal/testkit/freeport"
+	"github.com/caddyleader/caddy-leader/internal/testkit/jobrec"
 )
 
 // grafanaVariables fills in the dashboard's variables as Grafana would for this test's
@@ -195,7 +196,7 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 // that scrapes a real three-instance fleet on etcd, after the fleet went through what the
 // panels show: a transfer under load (requests held, a tunnel cut) and a leader cut off
 // from the store riding a failsafe, its shards of a shard set moving to the others and
-// back. Every query must return data, the shard panels and the election variable must
+// back, and a job that runs and misses slots. Every query must return data, the shard panels and the election variable must
 // show the set, and every metric and
 // label it names must be among what Prometheus scraped; queries that name a metric or a
 // label the plugin does not export must fail the same check. The panels, drawn from the
@@ -209,8 +210,12 @@ func TestDashboardQueries(t *testing.T) {
 	// A ttl of 5s leaves a leader cut off from etcd time to start its failsafe before its
 	// heartbeat deadline passes, even under the race detector on a busy machine (at the
 	// default 2s a failed heartbeat can be noticed too late for the failsafe to hold).
+	// A job every second whose runs take longer than a slot (overlap skip, the default):
+	// it runs every other slot and misses the others, for the Jobs row.
+	jobs := jobrec.Start(t, 1200*time.Millisecond)
 	f := startPageFleet(t, 3, fleet.Config{TTL: "5s", Backend: startUpgradeBackend(t), Hold: "5s", FailsafePorts: failsafe,
-		MoreShardSets: map[string]int{roomSet: roomShards}, Routes: roomsRoute})
+		MoreShardSets: map[string]int{roomSet: roomShards}, Routes: roomsRoute,
+		Jobs: map[string]any{"tick": map[string]any{"every": "1s", "request": map[string]any{"method": "POST", "url": jobs.URL}}}})
 	prom := startPrometheus(t, promBin, f.instances)
 	scraped := time.Now()
 	leader, _ := fleet.WaitStableLeader(t, f.instances, electTimeout)
