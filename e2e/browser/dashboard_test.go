@@ -280,6 +280,26 @@ func TestDashboardQueries(t *testing.T) {
 		})
 	}
 
+	// Each instance's status page shows the job, run by the leader, and its last run.
+	leader, _ = fleet.WaitStableLeader(t, f.instances, electTimeout)
+	for _, in := range f.instances {
+		resp, err := http.Get(in.URL() + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		runs := leader.ID + ", its leader"
+		if in == leader {
+			runs = "this instance (it leads)"
+		}
+		for _, want := range []string{`<tr data-job="tick">`, `<td data-job-runs>` + runs, ": ok in "} {
+			if !strings.Contains(string(page), want) {
+				t.Errorf("%s's status page lacks %q", in.ID, want)
+			}
+		}
+	}
+
 	// The check fails a query that names what the plugin does not export.
 	for _, c := range []struct{ name, expr string }{
 		{"misspelt_metric", `caddy_leader_is_leading{job=~"$job"} == 1`},
