@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -347,44 +348,55 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 		return elector.Observation{}, err
 	}
 	at := b.mark()
-	key, last := b.Key(election), b.lastTermKey(election)
-	resp, err := cli.Txn(leaderCtx(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpGet(last), clientv3.OpPut(key, string(value), clientv3.WithLease(clientv3.LeaseID(lease))), clientv3.OpPut(last, ""),
-			clientv3.OpGet(b.releasedPrefix(election), clientv3.WithPrefix()),
-			clientv3.OpDelete(b.releasedPrefix(election), clientv3.WithPrefix())).
-		Else(clientv3.OpGet(key)).
-		Commit()
+	cmp, then, els := b.campaignTxn(election, value, lease)
+	resp, err := cli.Txn(leaderCtx(ctx)).If(cmp...).Then(then...).Else(els...).Commit()
 	if err != nil {
 		return elector.Observation{}, b.describe(mapLeaseErr(err))
 	}
 	if err := b.checked(at, resp.Header); err != nil {
 		return elector.Observation{}, err
 	}
-	rev := resp.Header.Revision
-	if resp.Succeeded {
-		// Every write of a transaction has its revision, so the key was created at it. The
-		// last-term key was written by every term's campaign, so before this one its mod
-		// revision was the previous term's token.
-		o := elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}}
-		b.written.Won(election, rev, lease, value)
-		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			o.Prev = kvs[0].ModRevision
-			// The acknowledgements still alive (each lives about a ttl; its value says
-			// why the term ended): the previous term's among them proves it over without
-			// another round trip. They are consumed with it: no term before this one has
-			// a successor to wait any more but this one (which, for an older term it
-			// inherits, waits for the deadline).
-			ack := b.releasedKey(election, o.Prev)
-			for _, kv := range resp.Responses[3].GetResponseRange().GetKvs() {
-				if string(kv.Key) == ack {
-					o.PrevReleased, o.PrevWhy = true, string(kv.Value)
-				}
+	return b.campaigned(at, election, value, lease, resp.Header.Revision, resp.Succeeded, resp.Responses)
+}
+
+// campaignTxn is the transaction of a campaign for election: create the key if it does not
+// exist, and with it rewrite the last-term key and consume the acknowledgements; else read
+// the key.
+func (b *Backend) campaignTxn(election string, value []byte, lease elector.LeaseID) (cmp []clientv3.Cmp, then, els []clientv3.Op) {
+	key, last := b.Key(election), b.lastTermKey(election)
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		[]clientv3.Op{clientv3.OpGet(last), clientv3.OpPut(key, string(value), clientv3.WithLease(clientv3.LeaseID(lease))), clientv3.OpPut(last, ""),
+			clientv3.OpGet(b.releasedPrefix(election), clientv3.WithPrefix()),
+			clientv3.OpDelete(b.releasedPrefix(election), clientv3.WithPrefix())},
+		[]clientv3.Op{clientv3.OpGet(key)}
+}
+
+// campaigned turns the answer to campaignTxn, sent at at and answered at revision rev, into
+// the campaign's observation.
+func (b *Backend) campaigned(at mark, election string, value []byte, lease elector.LeaseID, rev int64, won bool, responses []*pb.ResponseOp) (elector.Observation, error) {
+	if !won {
+		return b.termChecked(at, election, observation(rev, responses[0].GetResponseRange().GetKvs()))
+	}
+	// Every write of a transaction has its revision, so the key was created at it. The
+	// last-term key was written by every term's campaign, so before this one its mod
+	// revision was the previous term's token.
+	o := elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: rev}}
+	b.written.Won(election, rev, lease, value)
+	if kvs := responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		o.Prev = kvs[0].ModRevision
+		// The acknowledgements still alive (each lives about a ttl; its value says why the
+		// term ended): the previous term's among them proves it over without another round
+		// trip. They are consumed with it: no term before this one has a successor to wait
+		// any more but this one (which, for an older term it inherits, waits for the
+		// deadline).
+		ack := b.releasedKey(election, o.Prev)
+		for _, kv := range responses[3].GetResponseRange().GetKvs() {
+			if string(kv.Key) == ack {
+				o.PrevReleased, o.PrevWhy = true, string(kv.Value)
 			}
 		}
-		return b.termChecked(at, election, o)
 	}
-	return b.termChecked(at, election, observation(rev, resp.Responses[0].GetResponseRange().GetKvs()))
+	return b.termChecked(at, election, o)
 }
 
 // lastTermKey is rewritten by every campaign that creates the election's key, so that its
@@ -586,21 +598,26 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 	if err != nil {
 		return err
 	}
-	key := b.Key(election)
 	// The acknowledgement is written whether or not the key is still this term's: see
 	// elector.Backend.Release.
-	return b.acknowledged(ctx, cli, election, token, lease, why, func(ack clientv3.Op) error {
+	return b.acknowledged(ctx, cli, lease, why, func(ack func(string, int64) clientv3.Op) error {
 		at := b.mark()
-		resp, err := cli.Txn(leaderCtx(ctx)).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
-			Then(clientv3.OpDelete(key), ack).
-			Else(ack).
-			Commit()
+		cmp, then, els := b.releaseTxn(election, token, ack)
+		resp, err := cli.Txn(leaderCtx(ctx)).If(cmp...).Then(then...).Else(els...).Commit()
 		if err != nil {
 			return b.describe(err)
 		}
 		return b.checked(at, resp.Header)
 	})
+}
+
+// releaseTxn is the transaction of a release of term token of election: delete the key if
+// it is still that term's, and acknowledge the term's end with ack either way.
+func (b *Backend) releaseTxn(election string, token int64, ack func(string, int64) clientv3.Op) (cmp []clientv3.Cmp, then, els []clientv3.Op) {
+	key := b.Key(election)
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", token)},
+		[]clientv3.Op{clientv3.OpDelete(key), ack(election, token)},
+		[]clientv3.Op{ack(election, token)}
 }
 
 // Expire implements elector.Backend: one transaction that compares the key's create and mod
@@ -611,18 +628,13 @@ func (b *Backend) Expire(ctx context.Context, election string, token, rev int64)
 		return false, err
 	}
 	at := b.mark()
-	key := b.Key(election)
-	guards := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", token), clientv3.Compare(clientv3.ModRevision(key), "<", rev+1)}
-	if g := b.groupOf(election); g != nil {
-		beacon, ok, err := g.expireGuard(ctx, cli, election, token, rev)
-		if !ok || err != nil {
-			return false, err
-		}
-		guards = append(guards, beacon)
+	guards, ok, err := b.expireGuards(ctx, cli, election, token, rev)
+	if !ok || err != nil {
+		return false, err
 	}
 	resp, err := cli.Txn(leaderCtx(ctx)).
 		If(guards...).
-		Then(clientv3.OpDelete(key)).
+		Then(clientv3.OpDelete(b.Key(election))).
 		Commit()
 	if err != nil {
 		return false, b.describe(err)
@@ -631,6 +643,22 @@ func (b *Backend) Expire(ctx context.Context, election string, token, rev int64)
 		return false, err
 	}
 	return resp.Succeeded, nil
+}
+
+// expireGuards are the conditions of Expire's delete: the key is still term token's and
+// unwritten since rev, and, in a group, the holder's beacon too (see expireGuard). ok is
+// false when the beacon shows already that the key must stay.
+func (b *Backend) expireGuards(ctx context.Context, cli *clientv3.Client, election string, token, rev int64) (guards []clientv3.Cmp, ok bool, err error) {
+	key := b.Key(election)
+	guards = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", token), clientv3.Compare(clientv3.ModRevision(key), "<", rev+1)}
+	if g := b.groupOf(election); g != nil {
+		beacon, ok, err := g.expireGuard(ctx, cli, election, token, rev)
+		if !ok || err != nil {
+			return nil, false, err
+		}
+		guards = append(guards, beacon)
+	}
+	return guards, true, nil
 }
 
 // Close implements elector.Backend. It ends a connect in progress and waits for it.

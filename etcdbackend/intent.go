@@ -215,32 +215,34 @@ func (b *Backend) releasedKey(election string, token int64) string {
 // releasedPrefix begins the key of every acknowledgement of the election.
 func (b *Backend) releasedPrefix(election string) string { return b.Key(election) + "/released/" }
 
-// acknowledgement is the put that records the end of term token, its value why (empty in
-// the acknowledgements of older releases, which gave no reason), and the lease it is put
-// under. It is bound to a lease of its own, under which it lives at least as long as the
+// acknowledgement makes the puts that record the ends of terms of a holder, each's value
+// why (empty in the acknowledgements of older releases, which gave no reason), and returns
+// the lease they are put under. It is bound to a lease of its own, under which it lives at least as long as the
 // holder's lease was granted for (see ackLeases): the holder's lease may be revoked the
 // moment after (a shutting-down instance revokes it as soon as it has let go, an operator
 // may revoke it), and the successor must still find the acknowledgement. The successor
 // deletes it when it reads it; otherwise it expires with its lease.
-func (b *Backend) acknowledgement(ctx context.Context, cli *clientv3.Client, election string, token int64, holder elector.LeaseID, why string) (clientv3.Op, clientv3.LeaseID, error) {
+func (b *Backend) acknowledgement(ctx context.Context, cli *clientv3.Client, holder elector.LeaseID, why string) (ack func(election string, token int64) clientv3.Op, id clientv3.LeaseID, err error) {
 	ttl := defaultAckTTL
 	if granted, ok := b.granted.Load(holder); ok {
 		ttl = granted.(time.Duration)
 	}
-	id, err := b.ackLease(ctx, cli, int64(math.Ceil(ttl.Seconds())))
+	id, err = b.ackLease(ctx, cli, int64(math.Ceil(ttl.Seconds())))
 	if err != nil {
-		return clientv3.Op{}, 0, err
+		return nil, 0, err
 	}
-	return clientv3.OpPut(b.releasedKey(election, token), why, clientv3.WithLease(id)), id, nil
+	return func(election string, token int64) clientv3.Op {
+		return clientv3.OpPut(b.releasedKey(election, token), why, clientv3.WithLease(id))
+	}, id, nil
 }
 
-// acknowledged sends the request that send makes of the acknowledgement of term token's end
-// (see acknowledgement); if the store no longer knows the lease the acknowledgement was put
-// under, it is sent once more under a new one.
-func (b *Backend) acknowledged(ctx context.Context, cli *clientv3.Client, election string, token int64, holder elector.LeaseID, why string,
-	send func(ack clientv3.Op) error) error {
+// acknowledged sends the request that send makes of acknowledgements of terms' ends, which
+// ack makes (see acknowledgement); if the store no longer knows the lease the
+// acknowledgements were put under, it is sent once more under a new one.
+func (b *Backend) acknowledged(ctx context.Context, cli *clientv3.Client, holder elector.LeaseID, why string,
+	send func(ack func(election string, token int64) clientv3.Op) error) error {
 	for retried := false; ; retried = true {
-		ack, id, err := b.acknowledgement(ctx, cli, election, token, holder, why)
+		ack, id, err := b.acknowledgement(ctx, cli, holder, why)
 		if err != nil {
 			return err
 		}
@@ -262,9 +264,9 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	if err != nil {
 		return err
 	}
-	return b.acknowledged(ctx, cli, election, token, lease, why, func(ack clientv3.Op) error {
+	return b.acknowledged(ctx, cli, lease, why, func(ack func(string, int64) clientv3.Op) error {
 		at := b.mark()
-		resp, err := cli.Do(leaderCtx(ctx), ack)
+		resp, err := cli.Do(leaderCtx(ctx), ack(election, token))
 		if err != nil {
 			return b.describe(err)
 		}

@@ -46,10 +46,7 @@ const reportWithin = 10 * time.Second
 // them (PostgreSQL's does: it keeps no history), so the watch subtests make one change at a
 // time and wait for it to be reported before the next.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
-	for _, tc := range []struct {
-		name string
-		run  func(t *testing.T, h *harness)
-	}{
+	runSuite(t, newHarness, []suiteCase{
 		{"one_leader_among_candidates", oneLeader},
 		{"losing_campaign_reports_the_holder", losingCampaign},
 		{"campaign_needs_a_live_lease", campaignNeedsLease},
@@ -78,7 +75,18 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"candidates_watch_keeps_the_store_order", candidatesWatchOrder},
 		{"candidates_watch_ends_with_its_context_or_client", candidatesWatchEnds},
 		{"history_keeps_the_newest_entries_for_everyone", history},
-	} {
+	})
+}
+
+// suiteCase is one subtest of a suite: its name and what it checks.
+type suiteCase struct {
+	name string
+	run  func(t *testing.T, h *harness)
+}
+
+// runSuite runs each case as a subtest, with a harness of its own from newHarness.
+func runSuite(t *testing.T, newHarness func(t *testing.T) Harness, cases []suiteCase) {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			tc.run(t, &harness{Harness: h, t: t, election: h.Election()})

@@ -13,23 +13,19 @@ import (
 // grouped. Each holder watches its keys, as an elector does. Run(t, newHarness) with the
 // same harness checks that grouped elections keep every other rule.
 func RunGrouped(t *testing.T, newHarness func(t *testing.T) Harness) {
-	for _, tc := range []struct {
-		name string
-		run  func(t *testing.T, h *harness)
-	}{
-		{"heartbeats_of_many_keys_share_a_write_and_each_is_reported", heartbeatsShareAWrite},
-		{"expire_waits_for_the_holders_beacon", expireWaitsForTheBeacon},
-		{"heartbeat_of_a_deleted_key_fails_and_the_others_go_on", heartbeatOfADeletedKey},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			gh := &harness{Harness: h, t: t, election: h.Election()}
-			if _, ok := gh.NewClient(t).(elector.HeartbeatGrouper); !ok {
+	grouping := func(check func(t *testing.T, h *harness)) func(t *testing.T, h *harness) {
+		return func(t *testing.T, h *harness) {
+			if _, ok := h.NewClient(t).(elector.HeartbeatGrouper); !ok {
 				t.Skip("the store does not group heartbeats")
 			}
-			tc.run(t, gh)
-		})
+			check(t, h)
+		}
 	}
+	runSuite(t, newHarness, []suiteCase{
+		{"heartbeats_of_many_keys_share_a_write_and_each_is_reported", grouping(heartbeatsShareAWrite)},
+		{"expire_waits_for_the_holders_beacon", grouping(expireWaitsForTheBeacon)},
+		{"heartbeat_of_a_deleted_key_fails_and_the_others_go_on", grouping(heartbeatOfADeletedKey)},
+	})
 }
 
 // held is one key a holder won, and the watches of it.

@@ -462,6 +462,11 @@ func (c *Client) Revoke(ctx context.Context, id elector.LeaseID) error {
 // Campaign implements elector.Backend.
 func (c *Client) Campaign(ctx context.Context, election string, value []byte, lease elector.LeaseID) (elector.Observation, error) {
 	c.count("Campaign")
+	return c.campaign(ctx, election, value, lease)
+}
+
+// campaign is Campaign, uncounted (see BatchingClient).
+func (c *Client) campaign(ctx context.Context, election string, value []byte, lease elector.LeaseID) (elector.Observation, error) {
 	if err := c.lock(ctx); err != nil {
 		return elector.Observation{}, err
 	}
@@ -623,6 +628,11 @@ func (c *Client) Released(ctx context.Context, election string, token int64, lea
 // Expire implements elector.Backend.
 func (c *Client) Expire(ctx context.Context, election string, token, rev int64) (bool, error) {
 	c.count("Expire")
+	return c.expire(ctx, election, token, rev)
+}
+
+// expire is Expire, uncounted (see BatchingClient).
+func (c *Client) expire(ctx context.Context, election string, token, rev int64) (bool, error) {
 	if err := c.lock(ctx); err != nil {
 		return false, err
 	}
@@ -637,6 +647,11 @@ func (c *Client) Expire(ctx context.Context, election string, token, rev int64) 
 // Release implements elector.Backend.
 func (c *Client) Release(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
 	c.count("Release")
+	return c.release(ctx, election, token, lease, why)
+}
+
+// release is Release, uncounted (see BatchingClient).
+func (c *Client) release(ctx context.Context, election string, token int64, lease elector.LeaseID, why string) error {
 	if err := c.failing("Release"); err != nil {
 		return err
 	}

@@ -56,5 +56,6 @@ func TestConformance(t *testing.T) {
 		// Sixteen campaigns, each a few requests, under a lease nobody renews: a longer
 		// TTL keeps the lease alive through them on a busy machine.
 		electortest.RunGrouped(t, harness("Grouped", 10*time.Second))
+		electortest.RunBatch(t, harness("Grouped", 10*time.Second))
 	})
 }

@@ -1,0 +1,97 @@
+package elector
+
+import "context"
+
+// Batcher is what a store adds to Backend to serve many elections in one request: a shard
+// set's thousands of shards are each an election, and one request per shard for every claim,
+// release and expiry is what stops a set at a few hundred shards (see BENCHMARKS.md).
+//
+// Each call is the batched form of the Backend call it names, with the same meaning for
+// every election in the batch, as if that call had been made for each of them alone: each
+// election keeps its own compare-and-swap, its own result and its own strictly increasing
+// tokens, and one election's failed guard never undoes another's write. A batch is not
+// atomic as a whole: the store may split it into several requests (etcd bounds the
+// operations of one transaction), so when a call returns an error, any part of it may
+// have taken effect, and the caller reads again, as it does after any Backend error.
+// Elections of one batch may get the same token: tokens of different elections are
+// unrelated. A batch names each election at most once.
+//
+// Because each election's outcome is exactly the single call's, instances that campaign
+// one election at a time and instances that campaign in batches can share elections
+// without giving one a second holder: the store's compare-and-swap decides either way.
+// The conformance suite in elector/electortest (RunBatch) checks these rules.
+type Batcher interface {
+	// CampaignAll is Campaign for each of claims, all bound to lease. The observations
+	// come in the order of claims. It fails (ErrLeaseNotFound, or another error) and creates
+	// nothing if lease is gone.
+	CampaignAll(ctx context.Context, claims []Claim, lease LeaseID) ([]Observation, error)
+	// ReleaseAll is Release for each of terms, all held under lease, each acknowledged for
+	// why.
+	ReleaseAll(ctx context.Context, terms []HeldTerm, lease LeaseID, why string) error
+	// ExpireAll is Expire for each of terms; it reports, in their order, which keys it
+	// deleted.
+	ExpireAll(ctx context.Context, terms []HeldTerm) ([]bool, error)
+}
+
+// Claim is one election a batched campaign tries to win, with the value its key gets.
+type Claim struct {
+	Election string
+	Value    []byte
+}
+
+// HeldTerm names one election's term in a batch: its token and, for ExpireAll, the store
+// revision of the observation in which the caller saw the key last.
+type HeldTerm struct {
+	Election string
+	Token    int64
+	Rev      int64
+}
+
+// Batched is b's Batcher: b itself when its store batches, or else one that makes one
+// Backend call per election, so that a caller has one way to write many elections
+// whatever the store.
+func Batched(b Backend) Batcher {
+	if bb, ok := b.(Batcher); ok {
+		return bb
+	}
+	return oneByOne{b}
+}
+
+// oneByOne is the Batcher of a store that cannot batch: one request per election.
+type oneByOne struct{ b Backend }
+
+func (o oneByOne) CampaignAll(ctx context.Context, claims []Claim, lease LeaseID) ([]Observation, error) {
+	out := make([]Observation, len(claims))
+	for i, c := range claims {
+		obs, err := o.b.Campaign(ctx, c.Election, c.Value, lease)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = obs
+	}
+	return out, nil
+}
+
+func (o oneByOne) ReleaseAll(ctx context.Context, terms []HeldTerm, lease LeaseID, why string) error {
+	for _, t := range terms {
+		if err := o.b.Release(ctx, t.Election, t.Token, lease, why); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o oneByOne) ExpireAll(ctx context.Context, terms []HeldTerm) ([]bool, error) {
+	out := make([]bool, len(terms))
+	for i, t := range terms {
+		deleted, err := o.b.Expire(ctx, t.Election, t.Token, t.Rev)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = deleted
+	}
+	return out, nil
+}
+
+// Interface guard.
+var _ Batcher = oneByOne{}

@@ -1,0 +1,58 @@
+package electortest
+
+import (
+	"context"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// BatchingClient is a Client whose store batches (elector.Batcher), as etcd's does: each
+// batched call counts as one call of its own name (CampaignAll, ReleaseAll, ExpireAll),
+// whatever the number of elections in it, and is applied election by election as the
+// single calls are (their failures, set with Fail and LoseAnswer, included).
+type BatchingClient struct{ *Client }
+
+// BatchingClient returns a new, independent client of s that batches.
+func (s *Store) BatchingClient() BatchingClient { return BatchingClient{s.Client()} }
+
+// CampaignAll implements elector.Batcher.
+func (c BatchingClient) CampaignAll(ctx context.Context, claims []elector.Claim, lease elector.LeaseID) ([]elector.Observation, error) {
+	c.count("CampaignAll")
+	out := make([]elector.Observation, len(claims))
+	for i, claim := range claims {
+		o, err := c.campaign(ctx, claim.Election, claim.Value, lease)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = o
+	}
+	return out, nil
+}
+
+// ReleaseAll implements elector.Batcher.
+func (c BatchingClient) ReleaseAll(ctx context.Context, terms []elector.HeldTerm, lease elector.LeaseID, why string) error {
+	c.count("ReleaseAll")
+	for _, t := range terms {
+		if err := c.release(ctx, t.Election, t.Token, lease, why); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ExpireAll implements elector.Batcher.
+func (c BatchingClient) ExpireAll(ctx context.Context, terms []elector.HeldTerm) ([]bool, error) {
+	c.count("ExpireAll")
+	out := make([]bool, len(terms))
+	for i, t := range terms {
+		deleted, err := c.expire(ctx, t.Election, t.Token, t.Rev)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = deleted
+	}
+	return out, nil
+}
+
+// Interface guard.
+var _ elector.Batcher = BatchingClient{}

@@ -1,0 +1,126 @@
+package etcdbackend
+
+import (
+	"context"
+	"slices"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/caddyleader/caddy-leader/elector"
+)
+
+// batchElections is how many elections one batched request carries. Each election is a
+// transaction of its own nested in the request's, so that each keeps its own
+// compare-and-swap; etcd lets a transaction hold 128 operations (--max-txn-ops, the
+// default) and counts a nested transaction's operations against what its parent leaves (a
+// campaign's has 5), so 100 keep clear of the limit, and a request of 100 small keys far
+// below --max-request-bytes.
+const batchElections = 100
+
+// CampaignAll implements elector.Batcher: Campaign's transaction for each claim, nested,
+// batchElections to a request.
+func (b *Backend) CampaignAll(ctx context.Context, claims []elector.Claim, lease elector.LeaseID) ([]elector.Observation, error) {
+	cli, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]elector.Observation, 0, len(claims))
+	for chunk := range slices.Chunk(claims, batchElections) {
+		ops := make([]clientv3.Op, len(chunk))
+		for i, c := range chunk {
+			ops[i] = clientv3.OpTxn(b.campaignTxn(c.Election, c.Value, lease))
+		}
+		resp, at, err := b.nested(ctx, cli, ops)
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range chunk {
+			sub := resp.Responses[i].GetResponseTxn()
+			o, err := b.campaigned(at, c.Election, c.Value, lease, resp.Header.Revision, sub.GetSucceeded(), sub.GetResponses())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// ReleaseAll implements elector.Batcher: Release's transaction for each term, nested,
+// batchElections to a request, each request's acknowledgements under one lease.
+func (b *Backend) ReleaseAll(ctx context.Context, terms []elector.HeldTerm, lease elector.LeaseID, why string) error {
+	cli, err := b.client(ctx)
+	if err != nil {
+		return err
+	}
+	for chunk := range slices.Chunk(terms, batchElections) {
+		err := b.acknowledged(ctx, cli, lease, why, func(ack func(string, int64) clientv3.Op) error {
+			ops := make([]clientv3.Op, len(chunk))
+			for i, t := range chunk {
+				ops[i] = clientv3.OpTxn(b.releaseTxn(t.Election, t.Token, ack))
+			}
+			_, _, err := b.nested(ctx, cli, ops)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ExpireAll implements elector.Batcher: Expire's guarded delete for each term, nested,
+// batchElections to a request. In a group, each key's guard reads its holder's beacon
+// first, as Expire does.
+func (b *Backend) ExpireAll(ctx context.Context, terms []elector.HeldTerm) ([]bool, error) {
+	cli, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	deleted := make([]bool, len(terms))
+	type guarded struct {
+		term int // index in terms
+		op   clientv3.Op
+	}
+	var deletes []guarded
+	for i, t := range terms {
+		guards, ok, err := b.expireGuards(ctx, cli, t.Election, t.Token, t.Rev)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			deletes = append(deletes, guarded{i, clientv3.OpTxn(guards, []clientv3.Op{clientv3.OpDelete(b.Key(t.Election))}, nil)})
+		}
+	}
+	for chunk := range slices.Chunk(deletes, batchElections) {
+		ops := make([]clientv3.Op, len(chunk))
+		for i, g := range chunk {
+			ops[i] = g.op
+		}
+		resp, _, err := b.nested(ctx, cli, ops)
+		if err != nil {
+			return nil, err
+		}
+		for i, g := range chunk {
+			deleted[g.term] = resp.Responses[i].GetResponseTxn().GetSucceeded()
+		}
+	}
+	return deleted, nil
+}
+
+// nested sends ops, each a nested transaction, in one unconditional transaction, and
+// checks its answer's revision as every request's; at is when it was sent.
+func (b *Backend) nested(ctx context.Context, cli *clientv3.Client, ops []clientv3.Op) (*clientv3.TxnResponse, mark, error) {
+	at := b.mark()
+	resp, err := cli.Txn(leaderCtx(ctx)).Then(ops...).Commit()
+	if err != nil {
+		return nil, at, b.describe(mapLeaseErr(err))
+	}
+	if err := b.checked(at, resp.Header); err != nil {
+		return nil, at, err
+	}
+	return resp, at, nil
+}
+
+// Interface guard.
+var _ elector.Batcher = (*Backend)(nil)
