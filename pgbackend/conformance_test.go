@@ -59,11 +59,13 @@ func TestConformance(t *testing.T) {
 			}
 			t.Run("alone", func(t *testing.T) {
 				electortest.Run(t, harness(""))
+				electortest.RunBatch(t, harness(""))
 				jobstest.Run(t, harness(""))
 			})
 			t.Run("grouped", func(t *testing.T) {
 				electortest.Run(t, harness("grouped"))
 				electortest.RunGrouped(t, harness("grouped"))
+				electortest.RunBatch(t, harness("grouped"))
 				jobstest.Run(t, harness("grouped"))
 			})
 		})

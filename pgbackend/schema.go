@@ -80,6 +80,12 @@ func Schema(prefix string) (string, error) {
 //     instance runs these statements when it starts.
 //   - The history of terms is bound to no lease: it outlives every instance. So are the
 //     records of scheduled jobs (<prefix>jobs, see jobs.go).
+//   - The tokens of the elections and of vacated are indexed, and so is the expiry of the
+//     acknowledgements: every campaign asks for the highest token of both tables (see
+//     fenceSchema) and every release clears the expired acknowledgements (by the
+//     statement's time, not clock_timestamp(), which an index cannot serve), and without
+//     the indexes each would read the whole table, once per shard of a set (added later:
+//     created where missing, as the columns are).
 //   - <prefix>vacated keeps, per election, the key as it was when its row was last deleted
 //     (by triggers, so an operator's DELETE or TRUNCATE and a lease's cascade count too).
 //     It also names the term before a new one (Observation.Prev). A watch
@@ -171,6 +177,17 @@ CREATE TABLE IF NOT EXISTS %[12]s (
 DO $do$ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '%[12]s'::regclass AND attname = 'beat' AND NOT attisdropped) THEN
 		ALTER TABLE %[12]s ADD COLUMN IF NOT EXISTS beat bigint NOT NULL DEFAULT 0;
+	END IF;
+END $do$;
+DO $do$ BEGIN
+	IF to_regclass('%[4]s_token') IS NULL THEN
+		CREATE INDEX IF NOT EXISTS %[4]s_token ON %[4]s (token);
+	END IF;
+	IF to_regclass('%[12]s_token') IS NULL THEN
+		CREATE INDEX IF NOT EXISTS %[12]s_token ON %[12]s (token);
+	END IF;
+	IF to_regclass('%[7]s_expires_at') IS NULL THEN
+		CREATE INDEX IF NOT EXISTS %[7]s_expires_at ON %[7]s (expires_at);
 	END IF;
 END $do$;
 CREATE OR REPLACE FUNCTION %[8]s_vacated() RETURNS trigger LANGUAGE plpgsql AS $f$

@@ -103,44 +103,10 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 			prevReleased bool
 			prevWhy      string
 		)
-		// A key inserted anew follows the term last deleted (read after the insert, see
-		// fenceSchema); one taken over from an expired lease follows the term that held it.
-		err := b.pool.QueryRow(ctx, fmt.Sprintf(`
-WITH cur AS (SELECT lease, token FROM %[1]s WHERE name = $1),
-dead AS (
-	DELETE FROM %[2]s WHERE id IN (SELECT lease FROM cur) AND expires_at <= clock_timestamp()
-	RETURNING id
-),
-tok AS (SELECT %[3]s($4) AS v FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp()),
-won AS (
-	INSERT INTO %[1]s AS e (name, value, lease, token, rev)
-	SELECT $1, $2, $3, v, v FROM tok
-	ON CONFLICT (name) DO UPDATE
-		SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev
-		WHERE e.lease IN (SELECT id FROM dead)
-	RETURNING token, COALESCE(CASE WHEN e.xmax = 0 THEN %[4]s($1) ELSE (SELECT token FROM cur) END, 0) AS prev
-)
-SELECT won.token, won.prev, a.token IS NOT NULL, COALESCE(%[6]s, '')
-FROM won LEFT JOIN %[5]s a
-	ON a.election = $1 AND a.token = won.prev AND a.expires_at > clock_timestamp()`,
-			b.names.elections, b.names.leases, b.names.fenced, b.names.prev, b.names.acks, readWhy),
-			election, value, int64(lease), b.floor()).Scan(&token, &prev, &prevReleased, &prevWhy)
+		err := b.pool.QueryRow(ctx, b.campaignSQL(readWhy), election, value, int64(lease), b.floor()).Scan(&token, &prev, &prevReleased, &prevWhy)
 		switch {
 		case err == nil:
-			h := &elector.Holder{Value: value, Lease: lease, Token: token}
-			if err := b.checkFence(m, election, token, h); err != nil {
-				return elector.Observation{}, err
-			}
-			o := elector.Observation{Revision: token, Holder: h, Prev: prev, PrevReleased: prev != 0 && prevReleased}
-			if o.PrevReleased {
-				o.PrevWhy = prevWhy
-			}
-			b.remember(election, reported{o, token})
-			b.noteWritten(election, token, lease, value)
-			if g := b.groupOf(election); g != nil {
-				g.holding(lease, election)
-			}
-			return o, nil
+			return b.won(m, election, value, lease, token, prev, prevReleased, prevWhy)
 		case isForeignKeyViolation(err):
 			return elector.Observation{}, elector.ErrLeaseNotFound // revoked meanwhile
 		case !errors.Is(err, pgx.ErrNoRows):
@@ -160,6 +126,52 @@ FROM won LEFT JOIN %[5]s a
 			return r.obs, nil
 		}
 	}
+}
+
+// campaignSQL is Campaign's statement, with the acknowledgement's why read as readWhy (see
+// ackWhy); its arguments are the election, the value, the lease and the token floor. It
+// returns no row when the key is held. A key inserted anew follows the term last deleted
+// (read after the insert, see fenceSchema); one taken over from an expired lease follows
+// the term that held it.
+func (b *Backend) campaignSQL(readWhy string) string {
+	return fmt.Sprintf(`
+WITH cur AS (SELECT lease, token FROM %[1]s WHERE name = $1),
+dead AS (
+	DELETE FROM %[2]s WHERE id IN (SELECT lease FROM cur) AND expires_at <= clock_timestamp()
+	RETURNING id
+),
+tok AS (SELECT %[3]s($4) AS v FROM %[2]s WHERE id = $3 AND expires_at > clock_timestamp()),
+won AS (
+	INSERT INTO %[1]s AS e (name, value, lease, token, rev)
+	SELECT $1, $2, $3, v, v FROM tok
+	ON CONFLICT (name) DO UPDATE
+		SET value = EXCLUDED.value, lease = EXCLUDED.lease, token = EXCLUDED.token, rev = EXCLUDED.rev
+		WHERE e.lease IN (SELECT id FROM dead)
+	RETURNING token, COALESCE(CASE WHEN e.xmax = 0 THEN %[4]s($1) ELSE (SELECT token FROM cur) END, 0) AS prev
+)
+SELECT won.token, won.prev, a.token IS NOT NULL, COALESCE(%[6]s, '')
+FROM won LEFT JOIN %[5]s a
+	ON a.election = $1 AND a.token = won.prev AND a.expires_at > clock_timestamp()`,
+		b.names.elections, b.names.leases, b.names.fenced, b.names.prev, b.names.acks, readWhy)
+}
+
+// won is the observation of a campaign for election that won term token (mark m taken
+// before it was sent), and notes what it wrote.
+func (b *Backend) won(m fenceMark, election string, value []byte, lease elector.LeaseID, token, prev int64, prevReleased bool, prevWhy string) (elector.Observation, error) {
+	h := &elector.Holder{Value: value, Lease: lease, Token: token}
+	if err := b.checkFence(m, election, token, h); err != nil {
+		return elector.Observation{}, err
+	}
+	o := elector.Observation{Revision: token, Holder: h, Prev: prev, PrevReleased: prev != 0 && prevReleased}
+	if o.PrevReleased {
+		o.PrevWhy = prevWhy
+	}
+	b.remember(election, reported{o, token})
+	b.noteWritten(election, token, lease, value)
+	if g := b.groupOf(election); g != nil {
+		g.holding(lease, election)
+	}
+	return o, nil
 }
 
 // Observe implements elector.Backend. A key whose lease has expired is vacant, whether or
@@ -262,13 +274,25 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 		return err
 	}
 	col, val, _, args := b.ackWhy([]any{election, token, int64(lease)}, why)
-	_, err := b.pool.Exec(ctx, fmt.Sprintf(`
-WITH d AS (DELETE FROM %[1]s WHERE name = $1 AND token = $2 RETURNING lease),
-gc AS (DELETE FROM %[3]s WHERE expires_at <= clock_timestamp())
+	_, err := b.pool.Exec(ctx, b.releaseSQL(col, val, true), args...)
+	return b.describe(err)
+}
+
+// releaseSQL is Release's statement, with the acknowledgement's why written as col and
+// val say (see ackWhy); its arguments are the election, the token, the lease and the why.
+// With gc it also deletes the expired acknowledgements, which a batch of releases does
+// once, not once per election: each time reads every acknowledgement alive, as many as
+// the shards released within a ttl.
+func (b *Backend) releaseSQL(col, val string, gc bool) string {
+	clear := ""
+	if gc {
+		clear = fmt.Sprintf(",\ngc AS (DELETE FROM %s WHERE expires_at <= statement_timestamp())", b.names.acks)
+	}
+	return fmt.Sprintf(`
+WITH d AS (DELETE FROM %[1]s WHERE name = $1 AND token = $2 RETURNING lease)%[7]s
 INSERT INTO %[3]s (election, token, expires_at%[5]s)
 SELECT $1, $2, clock_timestamp() + COALESCE((SELECT ttl_ms FROM %[2]s WHERE id = $3), %[4]d) * interval '1 millisecond'%[6]s
-ON CONFLICT DO NOTHING`, b.names.elections, b.names.leases, b.names.acks, defaultAckTTL.Milliseconds(), col, val), args...)
-	return b.describe(err)
+ON CONFLICT DO NOTHING`, b.names.elections, b.names.leases, b.names.acks, defaultAckTTL.Milliseconds(), col, val, clear)
 }
 
 // Expire implements elector.Backend: every write of the key gives it a new rev, and every
@@ -278,17 +302,22 @@ func (b *Backend) Expire(ctx context.Context, election string, token, rev int64)
 	if err := b.ready(ctx); err != nil {
 		return false, err
 	}
-	sql := fmt.Sprintf(`DELETE FROM %s WHERE name = $1 AND token = $2 AND rev <= $3`, b.names.elections)
-	if g := b.groups.Of(election); g != nil {
-		// Its holder's beacon counts as a write of the key, even where this backend
-		// writes none: another instance may (beatOf).
-		sql = g.expireSQL()
-	}
-	tag, err := b.pool.Exec(ctx, sql, election, token, rev)
+	tag, err := b.pool.Exec(ctx, b.expireSQL(election), election, token, rev)
 	if err != nil {
 		return false, b.describe(err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// expireSQL is Expire's statement for election; its arguments are the election, the
+// token and the revision.
+func (b *Backend) expireSQL(election string) string {
+	if g := b.groups.Of(election); g != nil {
+		// Its holder's beacon counts as a write of the key, even where this backend
+		// writes none: another instance may (beatOf).
+		return g.expireSQL()
+	}
+	return fmt.Sprintf(`DELETE FROM %s WHERE name = $1 AND token = $2 AND rev <= $3`, b.names.elections)
 }
 
 // defaultAckTTL is how long an acknowledgement lives when its holder's lease is already
@@ -304,7 +333,7 @@ func (b *Backend) Acknowledge(ctx context.Context, election string, token int64,
 	}
 	col, val, _, args := b.ackWhy([]any{election, token, int64(lease)}, why)
 	_, err := b.pool.Exec(ctx, fmt.Sprintf(`
-WITH gc AS (DELETE FROM %[1]s WHERE expires_at <= clock_timestamp())
+WITH gc AS (DELETE FROM %[1]s WHERE expires_at <= statement_timestamp())
 INSERT INTO %[1]s (election, token, expires_at%[4]s)
 SELECT $1, $2, clock_timestamp() + COALESCE((SELECT ttl_ms FROM %[2]s WHERE id = $3), %[3]d) * interval '1 millisecond'%[5]s
 ON CONFLICT DO NOTHING`, b.names.acks, b.names.leases, defaultAckTTL.Milliseconds(), col, val), args...)
