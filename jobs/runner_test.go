@@ -83,6 +83,31 @@ func (s *service) wakeLocked() {
 	s.changed = make(chan struct{})
 }
 
+// holdFirst has s's first run return only when hold does (given that run's context),
+// and its other runs succeed at once. The function it returns is that first run, once it
+// has begun.
+func (s *service) holdFirst(hold func(ctx context.Context) error) (first func() jobs.Run) {
+	var mu sync.Mutex
+	var held *jobs.Run
+	s.act = func(ctx context.Context, r jobs.Run) error {
+		mu.Lock()
+		isFirst := held == nil
+		if isFirst {
+			held = &r
+		}
+		mu.Unlock()
+		if isFirst {
+			return hold(ctx)
+		}
+		return nil
+	}
+	return func() jobs.Run {
+		mu.Lock()
+		defer mu.Unlock()
+		return *held
+	}
+}
+
 // await waits until cond (called with s.mu held) holds.
 func (s *service) await(what string, within time.Duration, cond func() bool) {
 	s.t.Helper()
@@ -171,19 +196,14 @@ func TestAHandoverLetsTheRunFinishFirst(t *testing.T) {
 	t.Parallel()
 	svc := newService(t)
 	release := make(chan struct{})
-	var once sync.Once
-	svc.act = func(ctx context.Context, r jobs.Run) error {
-		first := false
-		once.Do(func() { first = true })
-		if first {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+	svc.holdFirst(func(ctx context.Context) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		return nil
-	}
+	})
 	f := startJobFleet(t, 3, jobs.Spec{Name: "report", Schedule: jobs.Every(100 * time.Millisecond), Action: svc.action}, jobs.Events{})
 	leader, token := f.Leader(3 * ttl)
 	svc.await("the first run", 5*time.Second, func() bool { return len(svc.runs) == 1 })
@@ -217,28 +237,17 @@ func TestAHandoverLetsTheRunFinishFirst(t *testing.T) {
 func TestAnUnfinishedSlotRunsAgainUnderTheNextTerm(t *testing.T) {
 	t.Parallel()
 	svc := newService(t)
-	var mu sync.Mutex
-	var held *jobs.Run
-	svc.act = func(ctx context.Context, r jobs.Run) error {
-		mu.Lock()
-		first := held == nil
-		if first {
-			held = &r
-		}
-		mu.Unlock()
-		if first {
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		return nil
-	}
+	held := svc.holdFirst(func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
 	f := startJobFleet(t, 3, jobs.Spec{Name: "sweep", Schedule: jobs.Every(200 * time.Millisecond), Action: svc.action}, jobs.Events{})
 	leader, token := f.Leader(3 * ttl)
 	svc.await("the first run", 5*time.Second, func() bool { return len(svc.runs) == 1 })
 	f.store.Delete(leader.Election.Name())
 	svc.await("the slot again", 3*ttl, func() bool {
 		for _, r := range svc.ended {
-			if r.Slot.Equal(held.Slot) {
+			if r.Slot.Equal(held().Slot) {
 				return true
 			}
 		}
@@ -247,7 +256,7 @@ func TestAnUnfinishedSlotRunsAgainUnderTheNextTerm(t *testing.T) {
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
 	for _, r := range svc.ended {
-		if r.Slot.Equal(held.Slot) && (!r.Rerun || r.Token <= token) {
+		if r.Slot.Equal(held().Slot) && (!r.Rerun || r.Token <= token) {
 			t.Errorf("slot %s ran again as %+v: want a rerun under a token above %d", r.Slot, r, token)
 		}
 	}
@@ -488,20 +497,10 @@ func TestAFinishTheStoreMissedIsRecordedByTheSameInstancesNextTerm(t *testing.T)
 	t.Parallel()
 	svc := newService(t) // fails the test if the slot is finished twice
 	release := make(chan struct{})
-	var mu sync.Mutex
-	var held *jobs.Run
-	svc.act = func(_ context.Context, r jobs.Run) error {
-		mu.Lock()
-		first := held == nil
-		if first {
-			held = &r
-		}
-		mu.Unlock()
-		if first {
-			<-release // finishes whatever becomes of its term
-		}
+	held := svc.holdFirst(func(context.Context) error {
+		<-release // finishes whatever becomes of its term
 		return nil
-	}
+	})
 	f := startJobFleet(t, 1, jobs.Spec{Name: "sweep", Schedule: jobs.Every(300 * time.Millisecond), Action: svc.action}, jobs.Events{})
 	leader, token := f.Leader(3 * ttl)
 	svc.await("the first run", 5*time.Second, func() bool { return len(svc.runs) == 1 })
@@ -514,12 +513,12 @@ func TestAFinishTheStoreMissedIsRecordedByTheSameInstancesNextTerm(t *testing.T)
 	// The next term records the finish it knows of and goes on with the next slots; the
 	// service fails the test if the slot is run to its end again.
 	svc.await("a later slot", 5*time.Second, func() bool {
-		return len(svc.ended) > 1 && svc.ended[len(svc.ended)-1].Slot.After(held.Slot)
+		return len(svc.ended) > 1 && svc.ended[len(svc.ended)-1].Slot.After(held().Slot)
 	})
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
 	for _, r := range svc.runs[1:] {
-		if r.Slot.Equal(held.Slot) {
+		if r.Slot.Equal(held().Slot) {
 			t.Errorf("slot %s ran again under token %d, though this instance ran it to its end", r.Slot, r.Token)
 		}
 	}
