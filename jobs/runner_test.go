@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,10 +270,37 @@ func TestSlotsMissedWhileNobodyLed(t *testing.T) {
 			t.Parallel()
 			svc := newService(t)
 			events, missedSlots := countMissed(jobs.MissedNoLeader)
+			// Before the store goes, the runs fail: a run that succeeded while the store went
+			// away could not record its finish, and the next leader, if the other instance,
+			// would run its slot again (docs/jobs.md: the service refuses that by the token).
+			var refusing atomic.Bool
+			failedRecorded := make(chan struct{}, 1)
+			events.Finished = func(_ jobs.Run, result string, _ time.Duration, _ error) {
+				if result == jobs.ResultFailed {
+					select {
+					case failedRecorded <- struct{}{}:
+					default:
+					}
+				}
+			}
+			svc.act = func(context.Context, jobs.Run) error {
+				if refusing.Load() {
+					return errors.New("refused while the store is taken away")
+				}
+				return nil
+			}
 			f := startJobFleet(t, 2, jobs.Spec{Name: "sweep", Schedule: jobs.Every(100 * time.Millisecond),
 				Action: svc.action, Missed: policy}, events)
 			_, token := f.Leader(3 * ttl)
 			svc.await("a run", 5*time.Second, func() bool { return len(svc.ended) >= 1 })
+			refusing.Store(true)
+			// A failed run's finish is recorded: so was every run's before it (a job's runs
+			// under one term record in order).
+			select {
+			case <-failedRecorded:
+			case <-time.After(5 * time.Second):
+				t.Fatal("no failed run recorded")
+			}
 			// The store goes away: the leader stops at its deadline, and nobody leads until
 			// the store is back.
 			f.store.SetDown(errors.New("store down"))
@@ -282,11 +310,20 @@ func TestSlotsMissedWhileNobodyLed(t *testing.T) {
 			before := len(svc.ended)
 			svc.mu.Unlock()
 			f.store.SetDown(nil)
+			refusing.Store(false)
 			_, _, _ = f.NewLeader(nil, token, 4*ttl)
-			svc.await("a run after the outage", 5*time.Second, func() bool { return len(svc.ended) > before })
-			svc.mu.Lock()
-			after := svc.ended[before]
-			svc.mu.Unlock()
+			// The first run of a new slot: a failed run whose finish the outage kept from the
+			// store is run again first.
+			var after jobs.Run
+			svc.await("a run after the outage", 5*time.Second, func() bool {
+				for _, r := range svc.ended[before:] {
+					if !r.Rerun {
+						after = r
+						return true
+					}
+				}
+				return false
+			})
 			missed := missedSlots()
 			switch policy {
 			case jobs.MissedRunOnce:
