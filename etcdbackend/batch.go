@@ -18,7 +18,7 @@ import (
 const batchElections = 100
 
 // CampaignAll implements elector.Batcher: Campaign's transaction for each claim, nested,
-// batchElections to a request.
+// batchElections to a request (one unconditional transaction, see commit).
 func (b *Backend) CampaignAll(ctx context.Context, claims []elector.Claim, lease elector.LeaseID) ([]elector.Observation, error) {
 	cli, err := b.client(ctx)
 	if err != nil {
@@ -30,7 +30,7 @@ func (b *Backend) CampaignAll(ctx context.Context, claims []elector.Claim, lease
 		for i, c := range chunk {
 			ops[i] = clientv3.OpTxn(b.campaignTxn(c.Election, c.Value, lease))
 		}
-		resp, at, err := b.nested(ctx, cli, ops)
+		resp, at, err := b.commit(ctx, cli, nil, ops, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -59,7 +59,7 @@ func (b *Backend) ReleaseAll(ctx context.Context, terms []elector.HeldTerm, leas
 			for i, t := range chunk {
 				ops[i] = clientv3.OpTxn(b.releaseTxn(t.Election, t.Token, ack))
 			}
-			_, _, err := b.nested(ctx, cli, ops)
+			_, _, err := b.commit(ctx, cli, nil, ops, nil)
 			return err
 		})
 		if err != nil {
@@ -97,7 +97,7 @@ func (b *Backend) ExpireAll(ctx context.Context, terms []elector.HeldTerm) ([]bo
 		for i, g := range chunk {
 			ops[i] = g.op
 		}
-		resp, _, err := b.nested(ctx, cli, ops)
+		resp, _, err := b.commit(ctx, cli, nil, ops, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -106,20 +106,6 @@ func (b *Backend) ExpireAll(ctx context.Context, terms []elector.HeldTerm) ([]bo
 		}
 	}
 	return deleted, nil
-}
-
-// nested sends ops, each a nested transaction, in one unconditional transaction, and
-// checks its answer's revision as every request's; at is when it was sent.
-func (b *Backend) nested(ctx context.Context, cli *clientv3.Client, ops []clientv3.Op) (*clientv3.TxnResponse, mark, error) {
-	at := b.mark()
-	resp, err := cli.Txn(leaderCtx(ctx)).Then(ops...).Commit()
-	if err != nil {
-		return nil, at, b.describe(mapLeaseErr(err))
-	}
-	if err := b.checked(at, resp.Header); err != nil {
-		return nil, at, err
-	}
-	return resp, at, nil
 }
 
 // Interface guard.

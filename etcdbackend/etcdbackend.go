@@ -347,16 +347,26 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 	if err != nil {
 		return elector.Observation{}, err
 	}
-	at := b.mark()
 	cmp, then, els := b.campaignTxn(election, value, lease)
-	resp, err := cli.Txn(leaderCtx(ctx)).If(cmp...).Then(then...).Else(els...).Commit()
+	resp, at, err := b.commit(ctx, cli, cmp, then, els)
 	if err != nil {
-		return elector.Observation{}, b.describe(mapLeaseErr(err))
-	}
-	if err := b.checked(at, resp.Header); err != nil {
 		return elector.Observation{}, err
 	}
 	return b.campaigned(at, election, value, lease, resp.Header.Revision, resp.Succeeded, resp.Responses)
+}
+
+// commit sends the transaction If(cmp) Then(then) Else(els) and checks its answer's
+// revision, as every request's (see checked); at is when it was sent.
+func (b *Backend) commit(ctx context.Context, cli *clientv3.Client, cmp []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, mark, error) {
+	at := b.mark()
+	resp, err := cli.Txn(leaderCtx(ctx)).If(cmp...).Then(then...).Else(els...).Commit()
+	if err != nil {
+		return nil, at, b.describe(mapLeaseErr(err))
+	}
+	if err := b.checked(at, resp.Header); err != nil {
+		return nil, at, err
+	}
+	return resp, at, nil
 }
 
 // campaignTxn is the transaction of a campaign for election: create the key if it does not
@@ -573,16 +583,10 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if err != nil {
 		return false, err
 	}
-	at := b.mark()
 	key := b.Key(election)
-	resp, err := cli.Txn(leaderCtx(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).
-		Then(clientv3.OpPut(key, string(value), clientv3.WithIgnoreLease())).
-		Commit()
+	resp, _, err := b.commit(ctx, cli, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", token)},
+		[]clientv3.Op{clientv3.OpPut(key, string(value), clientv3.WithIgnoreLease())}, nil)
 	if err != nil {
-		return false, b.describe(err)
-	}
-	if err := b.checked(at, resp.Header); err != nil {
 		return false, err
 	}
 	if resp.Succeeded {
@@ -601,13 +605,9 @@ func (b *Backend) Release(ctx context.Context, election string, token int64, lea
 	// The acknowledgement is written whether or not the key is still this term's: see
 	// elector.Backend.Release.
 	return b.acknowledged(ctx, cli, lease, why, func(ack func(string, int64) clientv3.Op) error {
-		at := b.mark()
 		cmp, then, els := b.releaseTxn(election, token, ack)
-		resp, err := cli.Txn(leaderCtx(ctx)).If(cmp...).Then(then...).Else(els...).Commit()
-		if err != nil {
-			return b.describe(err)
-		}
-		return b.checked(at, resp.Header)
+		_, _, err := b.commit(ctx, cli, cmp, then, els)
+		return err
 	})
 }
 
@@ -627,19 +627,12 @@ func (b *Backend) Expire(ctx context.Context, election string, token, rev int64)
 	if err != nil {
 		return false, err
 	}
-	at := b.mark()
 	guards, ok, err := b.expireGuards(ctx, cli, election, token, rev)
 	if !ok || err != nil {
 		return false, err
 	}
-	resp, err := cli.Txn(leaderCtx(ctx)).
-		If(guards...).
-		Then(clientv3.OpDelete(b.Key(election))).
-		Commit()
+	resp, _, err := b.commit(ctx, cli, guards, []clientv3.Op{clientv3.OpDelete(b.Key(election))}, nil)
 	if err != nil {
-		return false, b.describe(err)
-	}
-	if err := b.checked(at, resp.Header); err != nil {
 		return false, err
 	}
 	return resp.Succeeded, nil

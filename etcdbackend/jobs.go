@@ -43,15 +43,9 @@ func (b *Backend) PutJobRecord(ctx context.Context, election, job string, token 
 	if err != nil {
 		return false, err
 	}
-	at := b.mark()
-	resp, err := cli.Txn(leaderCtx(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(b.Key(election)), "=", token)).
-		Then(clientv3.OpPut(b.jobKey(election, job), string(value))).
-		Commit()
+	resp, _, err := b.commit(ctx, cli, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(b.Key(election)), "=", token)},
+		[]clientv3.Op{clientv3.OpPut(b.jobKey(election, job), string(value))}, nil)
 	if err != nil {
-		return false, b.describe(err)
-	}
-	if err := b.checked(at, resp.Header); err != nil {
 		return false, err
 	}
 	return resp.Succeeded, nil
