@@ -353,22 +353,24 @@ func (c *Client) set(m *map[string]opFailure, op string, n int, err error) {
 }
 
 // failing reports the error the next call of op fails with, if it does.
-func (c *Client) failing(op string) error { return c.take(c.fail, op) }
+func (c *Client) failing(op string) error { return c.take(&c.fail, op) }
 
 // losing reports the error the next call of op answers once applied, if it does.
-func (c *Client) losing(op string) error { return c.take(c.lose, op) }
+func (c *Client) losing(op string) error { return c.take(&c.lose, op) }
 
-// take counts one call of op against m and returns the error it gets, if any.
-func (c *Client) take(m map[string]opFailure, op string) error {
+// take counts one call of op against *m and returns the error it gets, if any. It reads
+// *m under the lock: set makes the map on the first Fail or LoseAnswer, while requests
+// and watches run.
+func (c *Client) take(m *map[string]opFailure, op string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f, ok := m[op]
+	f, ok := (*m)[op]
 	if !ok || f.n == 0 {
 		return nil
 	}
 	if f.n > 0 {
 		f.n--
-		m[op] = f
+		(*m)[op] = f
 	}
 	return f.err
 }
