@@ -109,6 +109,7 @@ func (a *App) shardSet(name string) (*shardSet, error) {
 		e := a.election(shardElection(name, s))
 		shard := s
 		e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, shard, priority) }, slots)
+		e.ShareRegistry(name)
 		termconn.For(e).SetMetricGroup(name)
 		e.SetMoveLog(summary)
 		set.elections[s] = e

@@ -52,6 +52,9 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 		obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
 		return obs, held, err
 	}
+	if m := e.shared.Load(); m != nil {
+		m.reg.awaitFleet(ctx)
+	}
 	// A transfer's target takes the key at once: it was named, the others stand aside,
 	// and the read of the registry that a yield needs would be one more store round trip
 	// in the handover.

@@ -88,7 +88,9 @@ type Candidate struct {
 	abandoned LeaseID       // the last lease given up, whose keys may linger until it expires
 	elections map[string]*Election
 	moveLogs  map[moveLogKey]*MoveLog // by shard set (see movelog.go)
-	closed    bool
+	// sharedRegistries are the registries of the shard sets, by set (sharedregistry.go).
+	sharedRegistries map[string]*sharedRegistry
+	closed           bool
 }
 
 // NewCandidate checks cfg and returns an idle candidate: nothing talks to the store until

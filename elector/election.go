@@ -102,6 +102,9 @@ type Election struct {
 	// leaderless is set while the view lists candidates none of which can lead, once
 	// that has been logged.
 	leaderless atomic.Bool
+	// shared is the set's registry this election announces itself in and reads, if it
+	// shares one (sharedregistry.go).
+	shared atomic.Pointer[sharedMember]
 	// placement is the election's own ranking of the candidates, if it has one
 	// (placement.go).
 	placement atomic.Pointer[placement]
@@ -165,7 +168,17 @@ func (e *Election) Start() {
 		e.mu.Lock()
 		e.cancel = cancel
 		e.mu.Unlock()
-		e.c.loops.Add(4)
+		shared := e.shared.Load()
+		if shared != nil {
+			shared.reg.join(e, shared.shard) // its watch keeps this election's view
+			e.c.loops.Add(3)
+		} else {
+			e.c.loops.Add(4)
+			go func() {
+				defer e.c.loops.Done()
+				e.followRegistry(ctx)
+			}()
+		}
 		go func() {
 			defer e.c.loops.Done()
 			e.run(ctx)
@@ -177,10 +190,6 @@ func (e *Election) Start() {
 		go func() {
 			defer e.c.loops.Done()
 			e.preempt(ctx)
-		}()
-		go func() {
-			defer e.c.loops.Done()
-			e.followRegistry(ctx)
 		}()
 	})
 }

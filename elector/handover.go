@@ -144,6 +144,10 @@ func (e *Election) announceStandingOut(ctx context.Context, l *lease, why string
 	if info.Healthy || why == EndedTransferred || e.c.exiting.Load() {
 		return
 	}
+	if m := e.shared.Load(); m != nil {
+		_ = m.reg.announce(ctx, l, e, m.shard)
+		return
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
 	_ = e.c.cfg.Backend.Announce(rctx, e.name, e.c.cfg.ID, info.encode(), l.id)
@@ -244,6 +248,9 @@ func (e *Election) stop() {
 		if stopLoop != nil {
 			stopLoop()
 			<-e.done
+		}
+		if m := e.shared.Load(); m != nil {
+			m.reg.leave(e, m.shard)
 		}
 		e.publishAlone("election no longer configured")
 		if err != nil && held.lease != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -94,13 +95,19 @@ func noneCanLead(list []CandidateInfo) bool {
 // able to lead: a fleet configured with priority 0 everywhere would otherwise stand by
 // forever without a word.
 func (e *Election) noteLeaderless(list []CandidateInfo) {
+	noteLeaderless(e.c, e.name, list, &e.leaderless)
+}
+
+// noteLeaderless warns as Election.noteLeaderless does, for the election (or shard set)
+// named name, with leaderless as its flag.
+func noteLeaderless(c *Candidate, name string, list []CandidateInfo, leaderless *atomic.Bool) {
 	if !noneCanLead(list) {
-		e.leaderless.Store(false)
+		leaderless.Store(false)
 		return
 	}
-	if !e.leaderless.Swap(true) {
-		e.c.log().Warn("no candidate of this election can lead: every one has priority 0, so nobody will lead until an instance with a priority above 0 joins",
-			zap.String("election", e.name), zap.Int("candidates", len(list)))
+	if !leaderless.Swap(true) {
+		c.log().Warn("no candidate of this election can lead: every one has priority 0, so nobody will lead until an instance with a priority above 0 joins",
+			zap.String("election", name), zap.Int("candidates", len(list)))
 	}
 }
 

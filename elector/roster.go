@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -46,17 +48,24 @@ type CandidateInfo struct {
 	Layer4 string `json:"layer4,omitempty"`
 }
 
+// baseInfo is what this candidate announces in every election, healthy and not held off.
+func (c *Candidate) baseInfo() CandidateInfo {
+	info := CandidateInfo{ID: c.cfg.ID, URL: c.cfg.URL, Healthy: true, Priority: c.Priority(),
+		Preempt: c.Preempts(), Boot: c.boot, TTL: c.cfg.TTL}
+	if f := c.cfg.Failsafe; f != nil {
+		info.Failsafe = f.URL
+	}
+	return info
+}
+
 // info is what this candidate announces in e now.
 func (e *Election) info() CandidateInfo {
 	now := e.c.now()
 	e.mu.Lock()
 	until := e.holdUntil
 	e.mu.Unlock()
-	info := CandidateInfo{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Healthy: !until.After(now), Priority: e.c.Priority(),
-		Preempt: e.c.Preempts(), Boot: e.c.boot, TTL: e.c.cfg.TTL}
-	if f := e.c.cfg.Failsafe; f != nil {
-		info.Failsafe = f.URL
-	}
+	info := e.c.baseInfo()
+	info.Healthy = !until.After(now)
 	switch left := until.Sub(now); {
 	case left > forever/2:
 		info.Leaving = true
@@ -78,6 +87,13 @@ func (i CandidateInfo) encode() []byte {
 // id. An entry whose value this plugin did not write is listed with its id only. It blocks
 // for one store request at most.
 func (e *Election) Candidates(ctx context.Context) ([]CandidateInfo, error) {
+	if m := e.shared.Load(); m != nil {
+		list, err := m.reg.candidates(ctx, m.shard)
+		if err == nil {
+			e.fleetTTL.Store(max(e.fleetTTL.Load(), m.reg.fleetTTL.Load()))
+		}
+		return list, err
+	}
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
 	entries, err := e.c.cfg.Backend.Candidates(rctx, e.name)
@@ -93,23 +109,30 @@ func (e *Election) Candidates(ctx context.Context) ([]CandidateInfo, error) {
 // once per candidate and TTL, for each that differs from this one's: a term held under a
 // longer TTL than the one a successor waits with could still admit when it starts.
 func (e *Election) noteTTLs(list []CandidateInfo) {
+	noteTTLs(e.c, e.name, list, &e.fleetTTL, &e.ttlMismatch)
+}
+
+// noteTTLs raises fleetTTL to the largest TTL in list, and logs each mismatch (as
+// candidate and TTL) that mismatches has not seen, for the election (or shard set) named
+// name.
+func noteTTLs(self *Candidate, name string, list []CandidateInfo, fleetTTL *atomic.Int64, mismatches *sync.Map) {
 	for _, c := range list {
-		if c.TTL <= 0 || c.ID == e.c.cfg.ID && c.Boot == e.c.boot {
+		if c.TTL <= 0 || c.ID == self.cfg.ID && c.Boot == self.boot {
 			continue
 		}
 		for {
-			cur := e.fleetTTL.Load()
-			if int64(c.TTL) <= cur || e.fleetTTL.CompareAndSwap(cur, int64(c.TTL)) {
+			cur := fleetTTL.Load()
+			if int64(c.TTL) <= cur || fleetTTL.CompareAndSwap(cur, int64(c.TTL)) {
 				break
 			}
 		}
-		if c.TTL == e.c.cfg.TTL {
+		if c.TTL == self.cfg.TTL {
 			continue
 		}
-		if _, seen := e.ttlMismatch.LoadOrStore(c.ID+"/"+c.TTL.String(), true); !seen {
-			e.c.log().Error("candidates of one election use different ttls; every instance must use the same, and until they do this one waits out unseen terms with the largest",
-				zap.String("election", e.name), zap.String("instance_id", c.ID), zap.Duration("their_ttl", c.TTL),
-				zap.String("self", e.c.cfg.ID), zap.Duration("ttl", e.c.cfg.TTL))
+		if _, seen := mismatches.LoadOrStore(c.ID+"/"+c.TTL.String(), true); !seen {
+			self.log().Error("candidates of one election use different ttls; every instance must use the same, and until they do this one waits out unseen terms with the largest",
+				zap.String("election", name), zap.String("instance_id", c.ID), zap.Duration("their_ttl", c.TTL),
+				zap.String("self", self.cfg.ID), zap.Duration("ttl", self.cfg.TTL))
 		}
 	}
 }
@@ -125,6 +148,10 @@ func (e *Election) waitTTL(l *lease) time.Duration {
 // what it announces changes (the campaign loop calls it on every pass, and a resign or the
 // end of a hold-off makes a pass).
 func (e *Election) announce(ctx context.Context, l *lease) {
+	if m := e.shared.Load(); m != nil {
+		_ = m.reg.announce(ctx, l, e, m.shard)
+		return
+	}
 	value := e.info().encode()
 	if e.announced == l.id && bytes.Equal(e.announcedValue, value) {
 		return

@@ -57,6 +57,7 @@ func (f *placedFleet) join(id string, moves int) {
 		e := c.Election(shardName(s))
 		shard := s
 		e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, shard, priority) }, slots)
+		e.ShareRegistry("rooms")
 		if f.logs != nil {
 			e.SetMoveLog(c.MoveLog("rooms", f.shards))
 		}
@@ -217,4 +218,93 @@ func TestPlacedElectionsFollowTheirRanking(t *testing.T) {
 	delete(f.members, "node-a")
 	f.mu.Unlock()
 	f.settledOn([]string{"node-b", "node-c", "node-d"}, 20*time.Second)
+}
+
+// The shards of a set share one registry entry per instance: starting a set costs each
+// instance one announcement and one registry watch, however many shards it has, and a
+// resign with a hold-off of one shard is seen in that shard's registry alone, so that the
+// shard moves to its next owner at once and no other shard does.
+func TestShardSetSharesOneRegistry(t *testing.T) {
+	store := NewStore()
+	f := &placedFleet{t: t, store: store, shards: 32, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{}}
+	ids := []string{"node-a", "node-b", "node-c"}
+	for _, id := range ids {
+		f.join(id, 4)
+	}
+	before := f.settledOn(ids, 20*time.Second)
+
+	calls := store.Calls()
+	t.Logf("calls to place %d shards on %d instances: %v", f.shards, len(ids), calls)
+	if got, most := calls["WatchCandidates"], int64(len(ids)); got > most {
+		t.Errorf("%d registry watches, want at most one per instance (%d)", got, most)
+	}
+	if got, most := calls["Announce"], int64(2*len(ids)); got > most {
+		t.Errorf("%d announcements for %d shards, want at most %d: one entry per instance, not per shard", got, f.shards, most)
+	}
+
+	// Resign one shard of node-a's with a long hold-off.
+	var shard int
+	for s, owner := range f.holders() {
+		if owner[0] == "node-a" {
+			shard = s
+			break
+		}
+	}
+	e := f.members["node-a"][shard]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Resign(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h := f.holders()[shard]
+		if len(h) == 1 && h[0] != "node-a" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard %d, resigned by node-a with a hold-off, has no other owner after 10s (leading: %v)", shard, h)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	viewOf := func(e *elector.Election, id string) elector.CandidateInfo {
+		list, err := e.KnownCandidates(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range list {
+			if c.ID == id {
+				return c
+			}
+		}
+		t.Fatalf("%s is not in %s's view", id, e.Name())
+		return elector.CandidateInfo{}
+	}
+	f.settle(t, "node-b's view of node-a in the resigned shard", func() bool {
+		c := viewOf(f.members["node-b"][shard], "node-a")
+		return !c.Healthy && !c.HoldOffUntil.IsZero()
+	})
+	for s := range f.shards {
+		if s == shard {
+			continue
+		}
+		if c := viewOf(f.members["node-b"][s], "node-a"); !c.Healthy {
+			t.Errorf("shard %d: node-b's view has node-a unhealthy (%+v), but node-a resigned shard %d only", s, c, shard)
+		}
+		if owner := f.holders()[s]; len(owner) != 1 || f.members[owner[0]][s].Term().Token != before[s] {
+			t.Errorf("shard %d moved (leading: %v) when node-a resigned shard %d", s, owner, shard)
+		}
+	}
+}
+
+// settle waits until cond holds, for at most 10s.
+func (f *placedFleet) settle(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -180,6 +180,7 @@ func startCostFleet(b *testing.B, store *Store, n, count int) *costFleet {
 			e := c.Election(shardName(s))
 			shard := s
 			e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, shard, priority) }, slots)
+			e.ShareRegistry("rooms")
 			e.SetMoveLog(summary)
 			set[s] = e
 		}

@@ -31,6 +31,7 @@ func StartShardCandidate(t T, cfg elector.Config, set string, count, moves int) 
 	slots := make(chan struct{}, moves)
 	return startCandidate(t, cfg, names, func(s int, e *elector.Election) {
 		e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, s, priority) }, slots)
+		e.ShareRegistry(set)
 	})
 }
 
