@@ -244,3 +244,29 @@ type HeartbeatGrouper interface {
 	// nothing.
 	GroupHeartbeats(group string)
 }
+
+// IntentGrouper is implemented by a store that can watch the intents of every election of
+// a group (a shard set's, named <group>.<n>) in one watch, so that a set's instances need
+// no watch per shard for the transfers and resigns that are rarely asked.
+type IntentGrouper interface {
+	// WatchGroupIntents reports the intents of the elections named group.<anything>, as
+	// WatchIntent would report each: first a report with All set that lists every one
+	// that has an intent (the others have none), then the changes, each report listing
+	// the elections whose intent changed (nil: it has none any more), or again a whole
+	// list with All set, until ctx ends (the channel is then closed) or the watch breaks
+	// (one report with Err, then the channel is closed). Reports come in the store's
+	// order, and none shows an older intent of an election than one already reported. A
+	// store without history may coalesce changes that follow each other faster than it
+	// can report them, but always reports the latest.
+	WatchGroupIntents(ctx context.Context, group string) <-chan GroupIntents
+}
+
+// GroupIntents is a report of IntentGrouper.WatchGroupIntents.
+type GroupIntents struct {
+	// All is set when Intents lists every election of the group that has an intent.
+	All bool
+	// Intents maps an election's name to its intent, nil when it has none.
+	Intents map[string][]byte
+	// Err is set (and nothing else) when the watch broke.
+	Err error
+}

@@ -59,6 +59,7 @@ const MinTTL = time.Second
 type Candidate struct {
 	cfg            Config
 	now            func() time.Time
+	realClock      bool // now is time.Now: a timer set for a deadline of now's fires at it
 	requestTimeout time.Duration
 	drainTimeout   atomic.Int64 // a time.Duration; the newest config's
 	logger         atomic.Pointer[zap.Logger]
@@ -120,7 +121,7 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 		boot:           newNonce(),
 	}
 	if c.now == nil {
-		c.now = time.Now
+		c.now, c.realClock = time.Now, true
 	}
 	c.SetLogger(cfg.Logger)
 	c.SetDrainTimeout(cfg.DrainTimeout)

@@ -168,24 +168,29 @@ func (e *Election) Start() {
 		e.mu.Lock()
 		e.cancel = cancel
 		e.mu.Unlock()
+		// A shard set's watches keep this election's view of the registry and, where
+		// the store can watch the set's intents at once, its intents.
 		shared := e.shared.Load()
 		if shared != nil {
-			shared.reg.join(e, shared.shard) // its watch keeps this election's view
-			e.c.loops.Add(3)
+			shared.reg.join(ctx, e, shared.shard)
 		} else {
-			e.c.loops.Add(4)
+			e.c.loops.Add(1)
 			go func() {
 				defer e.c.loops.Done()
 				e.followRegistry(ctx)
 			}()
 		}
+		if shared == nil || !shared.reg.followsIntents() {
+			e.c.loops.Add(1)
+			go func() {
+				defer e.c.loops.Done()
+				e.followIntents(ctx)
+			}()
+		}
+		e.c.loops.Add(2)
 		go func() {
 			defer e.c.loops.Done()
 			e.run(ctx)
-		}()
-		go func() {
-			defer e.c.loops.Done()
-			e.followIntents(ctx)
 		}()
 		go func() {
 			defer e.c.loops.Done()

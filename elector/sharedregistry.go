@@ -73,6 +73,11 @@ type sharedRegistry struct {
 
 	fresh freshRead[[]sharedEntry]
 
+	// intents is, by shard, what the set's watch of intents gave each member (when the
+	// store has one: sharedintents.go), and current the intents it last reported.
+	intents map[string]*memberIntents
+	current map[string][]byte
+
 	// joined is when the first member joined, and live when the watch first reported
 	// after that (zero until then): see awaitFleet.
 	joined, live time.Time
@@ -113,13 +118,25 @@ type sharedMember struct {
 	shard string
 }
 
-// join adds e to the set's members, starting the set's watch with the first.
-func (r *sharedRegistry) join(e *Election, shard string) {
+// join adds e, which campaigns under ctx, to the set's members, starting the set's
+// watches with the first.
+func (r *sharedRegistry) join(ctx context.Context, e *Election, shard string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.members[shard] = e
 	if r.view != nil {
 		r.setView(e, shard, r.view)
+	}
+	ig, intents := r.c.cfg.Backend.(IntentGrouper)
+	if intents {
+		if r.intents == nil {
+			r.intents, r.current = map[string]*memberIntents{}, map[string][]byte{}
+		}
+		m := &memberIntents{ctx: ctx}
+		r.intents[shard] = m
+		if v, ok := r.current[shard]; ok {
+			r.giveLocked(shard, m, v, false)
+		}
 	}
 	if r.cancel != nil {
 		return
@@ -134,6 +151,13 @@ func (r *sharedRegistry) join(e *Election, shard string) {
 		defer r.c.loops.Done()
 		r.follow(ctx)
 	}()
+	if intents {
+		r.c.loops.Add(1)
+		go func() {
+			defer r.c.loops.Done()
+			r.followIntents(ctx, ig)
+		}()
+	}
 }
 
 // leave removes e from the members; the watch stops with the last.
@@ -144,10 +168,11 @@ func (r *sharedRegistry) leave(e *Election, shard string) {
 		return
 	}
 	delete(r.members, shard)
+	delete(r.intents, shard)
 	if len(r.members) == 0 && r.cancel != nil {
 		r.cancel()
 		r.cancel = nil
-		r.view = nil
+		r.view, r.current = nil, map[string][]byte{}
 	}
 }
 

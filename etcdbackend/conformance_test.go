@@ -54,6 +54,7 @@ func TestConformance(t *testing.T) {
 	t.Run("grouped", func(t *testing.T) {
 		electortest.Run(t, harness("grouped"))
 		electortest.RunGrouped(t, harness("grouped"))
+		electortest.RunGroupIntents(t, harness("grouped"))
 		electortest.RunBatch(t, harness("grouped"))
 		jobstest.Run(t, harness("grouped"))
 	})

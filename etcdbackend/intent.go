@@ -315,3 +315,97 @@ func (b *Backend) Released(ctx context.Context, election string, token int64, le
 
 // leaseGone is the TTL etcd's TimeToLive reports for a lease it does not know.
 const leaseGone = -1
+
+// WatchGroupIntents implements elector.IntentGrouper: one watch of the group's prefix,
+// whose intent keys (<prefix><group>.<n>/intent) it reports. It starts from a read of the
+// prefix's keys alone, then of the values of the intent keys among them at that read's
+// revision, so that a set's start does not read every shard's keys and history.
+func (b *Backend) WatchGroupIntents(ctx context.Context, group string) <-chan elector.GroupIntents {
+	out := make(chan elector.GroupIntents, 1)
+	prefix := b.Key(group + ".")
+	broken := func(err error) elector.GroupIntents { return elector.GroupIntents{Err: err} }
+	go func() {
+		defer close(out)
+		first, rev, err := b.groupIntents(ctx, prefix, group)
+		if err != nil {
+			watchKeyFailed(ctx, out, broken(err))
+			return
+		}
+		select {
+		case out <- first:
+		case <-ctx.Done():
+			return
+		}
+		watchKey(ctx, b, prefix, rev, out,
+			func(_ mark, evs []*clientv3.Event) ([]elector.GroupIntents, error) {
+				// The intents one transaction changed are one report.
+				var changes []elector.GroupIntents
+				var lastRev int64
+				for _, ev := range evs {
+					election, ok := intentOf(prefix, group, ev.Kv.Key)
+					if ok {
+						if len(changes) == 0 || lastRev != ev.Kv.ModRevision {
+							changes = append(changes, elector.GroupIntents{Intents: map[string][]byte{}})
+							lastRev = ev.Kv.ModRevision
+						}
+						var value []byte
+						if ev.Type == clientv3.EventTypePut {
+							value = ev.Kv.Value
+						}
+						changes[len(changes)-1].Intents[election] = value
+					}
+				}
+				return changes, nil
+			}, broken, clientv3.WithPrefix())
+	}()
+	return out
+}
+
+// groupIntents reads the intents of the group's elections (under prefix), and the
+// revision it read them at.
+func (b *Backend) groupIntents(ctx context.Context, prefix, group string) (elector.GroupIntents, int64, error) {
+	cli, err := b.client(ctx)
+	if err != nil {
+		return elector.GroupIntents{}, 0, err
+	}
+	at := b.mark()
+	keys, err := cli.Get(leaderCtx(ctx), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return elector.GroupIntents{}, 0, b.describe(err)
+	}
+	if err := b.checked(at, keys.Header); err != nil {
+		return elector.GroupIntents{}, 0, err
+	}
+	rev := keys.Header.Revision
+	all := elector.GroupIntents{All: true, Intents: map[string][]byte{}}
+	for _, kv := range keys.Kvs {
+		election, ok := intentOf(prefix, group, kv.Key)
+		if !ok {
+			continue
+		}
+		resp, err := cli.Get(leaderCtx(ctx), string(kv.Key), clientv3.WithRev(rev))
+		if err != nil {
+			return elector.GroupIntents{}, 0, b.describe(err)
+		}
+		if len(resp.Kvs) > 0 {
+			all.Intents[election] = resp.Kvs[0].Value
+		}
+	}
+	return all, rev, nil
+}
+
+// intentOf reports whether key, under prefix, is the intent key of an election of group,
+// and which.
+func intentOf(prefix, group string, key []byte) (string, bool) {
+	rest, ok := strings.CutPrefix(string(key), prefix)
+	if !ok {
+		return "", false
+	}
+	shard, ok := strings.CutSuffix(rest, "/intent")
+	if !ok || shard == "" || strings.Contains(shard, "/") {
+		return "", false
+	}
+	return group + "." + shard, true
+}
+
+var _ elector.IntentGrouper = (*Backend)(nil)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -845,6 +846,28 @@ func (c *Client) WatchIntent(ctx context.Context, election string) <-chan electo
 	}, func(err error) elector.IntentChange { return elector.IntentChange{Err: err} })
 }
 
+// WatchGroupIntents implements elector.IntentGrouper: every report lists the group's
+// intents whole, whenever one of them changed.
+func (c *Client) WatchGroupIntents(ctx context.Context, group string) <-chan elector.GroupIntents {
+	c.count("WatchGroupIntents")
+	prefix := group + "."
+	return watchState(ctx, c, func() (elector.GroupIntents, int64) {
+		rep := elector.GroupIntents{All: true, Intents: map[string][]byte{}}
+		var version int64
+		for election, rev := range c.s.intentRev {
+			if strings.HasPrefix(election, prefix) {
+				version += rev
+			}
+		}
+		for election, in := range c.s.intents {
+			if strings.HasPrefix(election, prefix) {
+				rep.Intents[election] = clone(in.value)
+			}
+		}
+		return rep, version
+	}, func(err error) elector.GroupIntents { return elector.GroupIntents{Err: err} })
+}
+
 // Close implements elector.Backend. Its watches end.
 func (c *Client) Close() error {
 	c.mu.Lock()
@@ -856,7 +879,10 @@ func (c *Client) Close() error {
 	return nil
 }
 
-var _ elector.Backend = (*Client)(nil)
+var (
+	_ elector.Backend       = (*Client)(nil)
+	_ elector.IntentGrouper = (*Client)(nil)
+)
 
 // JobRecord implements jobs.Store.
 func (c *Client) JobRecord(ctx context.Context, election, job string) ([]byte, error) {

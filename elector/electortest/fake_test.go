@@ -30,6 +30,7 @@ func TestFakeConformance(t *testing.T) {
 	// The fake store's Client does not batch: this checks elector.Batched's one call per
 	// election; its BatchingClient batches.
 	RunBatch(t, plain)
+	RunGroupIntents(t, plain)
 	t.Run("batching", func(t *testing.T) {
 		RunBatch(t, harness(func(s *Store) elector.Backend { return s.BatchingClient() }))
 	})

@@ -241,6 +241,26 @@ func TestShardSetSharesOneRegistry(t *testing.T) {
 	if got, most := calls["Announce"], int64(2*len(ids)); got > most {
 		t.Errorf("%d announcements for %d shards, want at most %d: one entry per instance, not per shard", got, f.shards, most)
 	}
+	if got, want := calls["WatchGroupIntents"], int64(len(ids)); got != want || calls["WatchIntent"] != 0 {
+		t.Errorf("%d watches of the set's intents and %d of a shard's, want %d and 0: one per instance", got, calls["WatchIntent"], want)
+	}
+
+	// A transfer of one shard reaches its holder through the set's watch of intents.
+	moved := 0
+	owner := f.holders()[moved][0]
+	to := "node-b"
+	if owner == to {
+		to = "node-c"
+	}
+	tctx, tcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer tcancel()
+	if err := f.members["node-a"][moved].Transfer(tctx, to, 5*time.Second); err != nil {
+		t.Fatalf("transfer of shard %d from %s to %s: %v", moved, owner, to, err)
+	}
+	f.settle(t, fmt.Sprintf("shard %d led by %s after its transfer", moved, to), func() bool {
+		h := f.holders()[moved]
+		return len(h) == 1 && h[0] == to
+	})
 
 	// Resign one shard of node-a's with a long hold-off.
 	var shard int
@@ -285,7 +305,7 @@ func TestShardSetSharesOneRegistry(t *testing.T) {
 		return !c.Healthy && !c.HoldOffUntil.IsZero()
 	})
 	for s := range f.shards {
-		if s == shard {
+		if s == shard || s == moved {
 			continue
 		}
 		if c := viewOf(f.members["node-b"][s], "node-a"); !c.Healthy {

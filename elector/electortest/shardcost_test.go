@@ -32,7 +32,7 @@ func BenchmarkShardSetCost(b *testing.B) {
 	if testing.Short() {
 		b.Skip("starts thousands of elections for seconds")
 	}
-	for _, s := range []int{64, 256, 1024} {
+	for _, s := range []int{64, 256, 1024, 4096} {
 		b.Run("shards="+strconv.Itoa(s), func(b *testing.B) {
 			var sum shardCost
 			for range b.N {
