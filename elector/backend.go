@@ -270,3 +270,12 @@ type GroupIntents struct {
 	// Err is set (and nothing else) when the watch broke.
 	Err error
 }
+
+// SeenWatcher is implemented by a store whose Watch first reads who held the key at
+// afterRev (to know whose heartbeats a later beacon stands for: HeartbeatGrouper). Its
+// WatchSeen is Watch(ctx, election, seen.Revision) for a caller that observed the key at
+// that revision (seen, from Campaign or Observe), and it takes the holder from seen
+// instead of reading it: a set's thousands of watches then cost no read each.
+type SeenWatcher interface {
+	WatchSeen(ctx context.Context, election string, seen Observation) <-chan Observation
+}

@@ -26,7 +26,7 @@ func (e *Election) run(ctx context.Context) {
 					_ = e.handOver(ctx, 0)
 				}
 			}
-			err = e.follow(ctx, l, obs.Revision, heldOffRead)
+			err = e.follow(ctx, l, obs, heldOffRead)
 		}
 		if ctx.Err() != nil {
 			return
@@ -47,7 +47,7 @@ func (e *Election) run(ctx context.Context) {
 // because of a hold-off.
 func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error) {
 	if _, held := e.heldOff(); held || e.c.Priority() == 0 || e.failsafeHolding() {
-		rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+		rctx, cancel := e.request(ctx, e.c.requestTimeout)
 		defer cancel()
 		obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
 		return obs, held, err
@@ -63,7 +63,7 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 			return obs, false, nil
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout) // after the yield, which may wait
+	rctx, cancel := e.request(ctx, e.c.requestTimeout) // after the yield, which may wait
 	defer cancel()
 	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
 	e.mu.Lock()
@@ -73,18 +73,18 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 	return obs, false, err
 }
 
-// follow watches the key from after rev and publishes what it sees. It returns nil when the
+// follow watches the key from after the observation seen and publishes what it sees. It returns nil when the
 // loop should read the key again now (key deleted, lease lost, hold-off over, resync asked),
 // or the error that broke the watch. heldOffRead says whether the read before it only
 // looked at the key because of a hold-off.
-func (e *Election) follow(ctx context.Context, l *lease, rev int64, heldOffRead bool) error {
+func (e *Election) follow(ctx context.Context, l *lease, seen Observation, heldOffRead bool) error {
 	d, held := e.heldOff()
 	if heldOffRead && !held {
 		return nil // the hold-off ended since the read only looked: campaign now
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	changes := e.c.cfg.Backend.Watch(wctx, e.name, rev)
+	changes := e.watch(wctx, seen)
 
 	var holdOver <-chan time.Time
 	if held && d < forever/2 {
@@ -186,4 +186,12 @@ func (e *Election) lostContact(l *lease) {
 	if t := e.term.Load(); t.lease == nil && t.LeaderKnown() {
 		e.publishLocked(Record{}, 0, nil, "store unreachable")
 	}
+}
+
+// watch watches the key from after the observation seen, as Backend.Watch does.
+func (e *Election) watch(ctx context.Context, seen Observation) <-chan Observation {
+	if sw, ok := e.c.cfg.Backend.(SeenWatcher); ok {
+		return sw.WatchSeen(ctx, e.name, seen)
+	}
+	return e.c.cfg.Backend.Watch(ctx, e.name, seen.Revision)
 }

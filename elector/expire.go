@@ -41,7 +41,7 @@ func (e *Election) expireSilent(ctx context.Context) bool {
 	if e.failsafeHolding() {
 		return false // the holder is silent because the store was away, and this peer vouches for it
 	}
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	rctx, cancel := e.request(ctx, e.c.requestTimeout)
 	defer cancel()
 	expired, err := e.c.cfg.Backend.Expire(rctx, e.name, p.token, p.rev)
 	switch {

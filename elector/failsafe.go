@@ -353,7 +353,7 @@ func rosterElection(election string) string { return election + "/failsafe-roste
 
 // latestRoster reads the roster of the newest term from the store; nil when there is none.
 func (e *Election) latestRoster(ctx context.Context) (*fsRoster, error) {
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	rctx, cancel := e.request(ctx, e.c.requestTimeout)
 	defer cancel()
 	entries, err := e.c.cfg.Backend.History(rctx, rosterElection(e.name))
 	if err != nil {

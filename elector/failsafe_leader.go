@@ -133,7 +133,7 @@ func (e *Election) keepRoster(t *Term) {
 		return
 	}
 	entry, _ := json.Marshal(r) // strings and numbers always marshal
-	rctx, cancel := context.WithTimeout(t.end, e.c.requestTimeout)
+	rctx, cancel := e.request(t.end, e.c.requestTimeout)
 	err = e.c.cfg.Backend.AppendHistory(rctx, rosterElection(e.name), entry, rostersKept)
 	cancel()
 	if err != nil && t.end.Err() == nil {

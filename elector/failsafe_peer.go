@@ -386,7 +386,7 @@ func (e *Election) retireRoster(t *Term) {
 		return
 	}
 	entry, _ := json.Marshal(fsRoster{Token: t.Token, Leader: e.c.cfg.ID, LeaderBoot: e.c.boot, MarkKey: t.Leader.MarkKey, TTL: t.lease.granted})
-	rctx, cancel := context.WithTimeout(t.end, e.c.requestTimeout)
+	rctx, cancel := e.request(t.end, e.c.requestTimeout)
 	defer cancel()
 	if err := e.c.cfg.Backend.AppendHistory(rctx, rosterElection(e.name), entry, rostersKept); err != nil && t.end.Err() == nil {
 		e.c.storeFailed("failsafe roster", err)

@@ -110,7 +110,7 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	}
 	why := e.endingOf(t.Token)
 	e.announceStandingOut(ctx, t.lease, why)
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	rctx, cancel := e.request(ctx, e.c.requestTimeout)
 	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token, t.lease.id, why)
 	cancel()
 	if err != nil {
@@ -275,7 +275,7 @@ func (e *Election) acknowledgeEnd(ended *Term, why string) {
 		e.drain(ctx)
 		retry := newBackoff(50*time.Millisecond, time.Second)
 		for {
-			rctx, rcancel := context.WithTimeout(ctx, e.c.requestTimeout)
+			rctx, rcancel := e.request(ctx, e.c.requestTimeout)
 			err := e.c.cfg.Backend.Acknowledge(rctx, e.name, ended.Token, ended.lease.id, why)
 			rcancel()
 			if err == nil || !retry.wait(ctx) {
@@ -312,7 +312,7 @@ func (e *Election) releaseAgainLocked(token int64, l *lease) {
 			}
 			e.mu.Unlock()
 		}()
-		rctx, cancel := context.WithTimeout(e.c.ctx, e.c.requestTimeout)
+		rctx, cancel := e.request(e.c.ctx, e.c.requestTimeout)
 		defer cancel()
 		if err := e.c.cfg.Backend.Release(rctx, e.name, token, l.id, why); err != nil {
 			e.c.storeFailed("release", err)

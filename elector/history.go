@@ -203,7 +203,7 @@ func (e *Election) appendHistory(past PastTerm) {
 	entry, _ := json.Marshal(past) // strings, numbers and times always marshal
 	retry := newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL))
 	for {
-		rctx, cancel := context.WithTimeout(e.c.ctx, e.c.requestTimeout)
+		rctx, cancel := e.request(e.c.ctx, e.c.requestTimeout)
 		err := e.c.cfg.Backend.AppendHistory(rctx, e.name, entry, HistoryKept)
 		cancel()
 		if err == nil {
@@ -221,7 +221,7 @@ func (e *Election) appendHistory(past PastTerm) {
 // HistoryKept), oldest first. An entry this plugin did not write is skipped. It blocks for
 // one store request at most.
 func (e *Election) History(ctx context.Context) ([]PastTerm, error) {
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	rctx, cancel := e.request(ctx, e.c.requestTimeout)
 	defer cancel()
 	entries, err := e.c.cfg.Backend.History(rctx, e.name)
 	if err != nil {

@@ -171,7 +171,7 @@ func (in intent) encode() []byte {
 }
 
 func (e *Election) setIntent(ctx context.Context, value []byte, ttl time.Duration) error {
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	rctx, cancel := e.request(ctx, e.c.requestTimeout)
 	defer cancel()
 	return e.c.cfg.Backend.SetIntent(rctx, e.name, value, ttl)
 }
@@ -308,7 +308,7 @@ func (e *Election) resignOnRequest(ctx context.Context, holdOff time.Duration, r
 
 // clearIntent deletes intent value, once acted on; a newer one stays.
 func (e *Election) clearIntent(ctx context.Context, value []byte) {
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	rctx, cancel := e.request(ctx, e.c.requestTimeout)
 	defer cancel()
 	_ = e.c.cfg.Backend.ClearIntent(rctx, e.name, value)
 }

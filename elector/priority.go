@@ -102,7 +102,7 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	if higher == 0 {
 		return Observation{}, false
 	}
-	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	rctx, cancel := e.request(ctx, e.c.requestTimeout)
 	obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
 	cancel()
 	if err == nil && obs.Holder != nil {
@@ -118,7 +118,7 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	// higher candidate later. A broken watch still waits out the wait.
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	for o := range e.c.cfg.Backend.Watch(wctx, e.name, obs.Revision) {
+	for o := range e.watch(wctx, obs) {
 		if o.Err != nil {
 			break
 		}

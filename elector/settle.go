@@ -1,7 +1,6 @@
 package elector
 
 import (
-	"context"
 	"time"
 )
 
@@ -182,7 +181,7 @@ func (e *Election) settle(token int64, p *proof) {
 			why      string
 		)
 		if heartbeat && p.token != 0 {
-			rctx, cancel := context.WithTimeout(e.c.ctx, min(e.c.requestTimeout, max(10*time.Millisecond, p.stoppedBy.Sub(e.c.now()))))
+			rctx, cancel := e.request(e.c.ctx, min(e.c.requestTimeout, max(10*time.Millisecond, p.stoppedBy.Sub(e.c.now()))))
 			released, why, err = e.c.cfg.Backend.Released(rctx, e.name, p.token, 0)
 			cancel()
 			if released {

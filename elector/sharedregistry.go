@@ -53,6 +53,8 @@ func (s shardEntry) applyTo(i CandidateInfo) CandidateInfo {
 type sharedRegistry struct {
 	c     *Candidate
 	group string // the set's name, and the election whose registry holds the entries
+	// turns holds a token for each of the set's store requests on their way (setstore.go).
+	turns chan struct{}
 
 	mu      sync.Mutex
 	members map[string]*Election // by shard number
@@ -101,7 +103,8 @@ func (e *Election) ShareRegistry(group string) {
 	c.mu.Lock()
 	r := c.sharedRegistries[group]
 	if r == nil {
-		r = &sharedRegistry{c: c, group: group, members: map[string]*Election{}, flushed: make(chan struct{}), liveNow: make(chan struct{})}
+		r = &sharedRegistry{c: c, group: group, members: map[string]*Election{}, flushed: make(chan struct{}), liveNow: make(chan struct{}),
+			turns: make(chan struct{}, setRequests)}
 		r.fresh.read = r.readStore
 		if c.sharedRegistries == nil {
 			c.sharedRegistries = map[string]*sharedRegistry{}

@@ -102,8 +102,10 @@ func (s *groupSub) push(o elector.Observation) {
 	}
 }
 
-// watchGrouped implements Watch for an election of group g.
-func (g *group) watchGrouped(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
+// watchGrouped implements Watch for an election of group g. The holder of the key at
+// afterRev is seen's, when the caller gives the observation it made there (known), or
+// else read.
+func (g *group) watchGrouped(ctx context.Context, election string, afterRev int64, seen *elector.Observation) <-chan elector.Observation {
 	out := make(chan elector.Observation, 1)
 	go func() {
 		defer close(out)
@@ -113,10 +115,15 @@ func (g *group) watchGrouped(ctx context.Context, election string, afterRev int6
 			case <-ctx.Done():
 			}
 		}
-		h, err := g.holderAt(ctx, election, afterRev)
-		if err != nil {
-			fail(err)
-			return
+		var h *elector.Holder
+		if seen != nil {
+			h = seen.Holder
+		} else {
+			var err error
+			if h, err = g.holderAt(ctx, election, afterRev); err != nil {
+				fail(err)
+				return
+			}
 		}
 		sub := &groupSub{election: election, after: afterRev, holder: h, wake: make(chan struct{}, 1)}
 		if err := g.join(sub); err != nil {

@@ -445,7 +445,7 @@ func holder(kv *mvccpb.KeyValue) *elector.Holder {
 // Watch implements elector.Backend.
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	if g := b.groupOf(election); g != nil {
-		return g.watchGrouped(ctx, election, afterRev)
+		return g.watchGrouped(ctx, election, afterRev, nil)
 	}
 	out := make(chan elector.Observation, 1)
 	go func() {
@@ -462,6 +462,17 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 	}()
 	return out
 }
+
+// WatchSeen implements elector.SeenWatcher: a grouped election's watch takes the holder
+// at seen's revision from seen, instead of reading it.
+func (b *Backend) WatchSeen(ctx context.Context, election string, seen elector.Observation) <-chan elector.Observation {
+	if g := b.groupOf(election); g != nil {
+		return g.watchGrouped(ctx, election, seen.Revision, &seen)
+	}
+	return b.Watch(ctx, election, seen.Revision)
+}
+
+var _ elector.SeenWatcher = (*Backend)(nil)
 
 // watchKey sends the changes of key (of every key under it, with clientv3.WithPrefix in
 // opts) after revision afterRev to out, as change converts each response's events, until

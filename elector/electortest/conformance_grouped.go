@@ -57,15 +57,20 @@ func (h *harness) holdMany(a elector.Backend, la elector.LeaseID, b elector.Back
 			h.t.Fatal(err)
 		}
 		keys[i] = held{election: name, won: won, value: value,
-			own: h.watchOf(a, name, won.Revision), follower: h.watchOf(b, name, seen.Revision)}
+			own: h.watchOf(a, name, won), follower: h.watchOf(b, name, seen)}
 	}
 	return keys
 }
 
-func (h *harness) watchOf(b elector.Backend, election string, afterRev int64) <-chan elector.Observation {
+// watchOf watches election from the observation seen, as the elector does: through
+// elector.SeenWatcher where the store has it (so that it is checked here), else Watch.
+func (h *harness) watchOf(b elector.Backend, election string, seen elector.Observation) <-chan elector.Observation {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.t.Cleanup(cancel)
-	return b.Watch(ctx, election, afterRev)
+	if sw, ok := b.(elector.SeenWatcher); ok {
+		return sw.WatchSeen(ctx, election, seen)
+	}
+	return b.Watch(ctx, election, seen.Revision)
 }
 
 // beatAll sends a heartbeat (an Update with the value the key holds) of every key at once

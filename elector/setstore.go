@@ -1,0 +1,40 @@
+package elector
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// A shard set's elections take turns for their store requests: at most setRequests of a
+// set are on their way at once, per instance. A set of thousands of shards would otherwise
+// put thousands of requests in the store's queue at once (at a start, or when many shards
+// move), ahead of the lease renewals and heartbeats that keep this instance's terms alive:
+// a renewal that waits behind them for a third of the TTL is as good as failed, the
+// instance gives up its lease and every shard it held, and the fleet starts over.
+// Renewals, heartbeats and watches do not take turns, and a request's timeout counts
+// from its turn.
+
+// setRequests is how many store requests a set's elections have on their way at once, per
+// instance.
+const setRequests = 32
+
+// request is context.WithTimeout(ctx, timeout) for one store request of e. A shard's
+// request first waits, under ctx alone, for its turn, which cancel ends.
+func (e *Election) request(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	m := e.shared.Load()
+	if m == nil {
+		return context.WithTimeout(ctx, timeout)
+	}
+	select {
+	case m.reg.turns <- struct{}{}:
+	case <-ctx.Done():
+		return context.WithTimeout(ctx, timeout) // over: the request fails at once
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	var once sync.Once
+	return rctx, func() {
+		cancel()
+		once.Do(func() { <-m.reg.turns })
+	}
+}
