@@ -46,6 +46,8 @@ func (e *Election) run(ctx context.Context) {
 // (see yieldToHigher), unless a transfer names it. It reports whether it only looked
 // because of a hold-off.
 func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error) {
+	vacated := e.vacated
+	e.vacated = nil
 	if _, held := e.heldOff(); held || e.c.Priority() == 0 || e.failsafeHolding() {
 		rctx, cancel := e.request(ctx, e.c.requestTimeout)
 		defer cancel()
@@ -59,7 +61,7 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 	// and the read of the registry that a yield needs would be one more store round trip
 	// in the handover.
 	if !e.transferTarget() {
-		if obs, taken := e.yieldToHigher(ctx); taken {
+		if obs, taken := e.yieldToHigher(ctx, vacated); taken {
 			return obs, false, nil
 		}
 	}
@@ -131,6 +133,7 @@ func (e *Election) follow(ctx context.Context, l *lease, seen Observation, heldO
 			}
 			e.observe(o, l, true)
 			if o.Holder == nil {
+				e.vacated = &o
 				return nil // vacant: campaign at once
 			}
 			expireRetry.reset()

@@ -49,6 +49,9 @@ type Election struct {
 	// releasingAgain is the token of a released term whose key reappeared and is being
 	// released once more (see releaseAgainLocked).
 	releasingAgain int64
+	// vacated is the vacancy the campaign loop's watch showed last, for the read that
+	// follows it (campaign loop only).
+	vacated *Observation
 	// campaign is the newest campaign request this instance sent: the record it wrote
 	// and when it sent it. A term it wins starts its heartbeat deadline from there.
 	campaign struct {

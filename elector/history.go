@@ -203,7 +203,7 @@ func (e *Election) appendHistory(past PastTerm) {
 	entry, _ := json.Marshal(past) // strings, numbers and times always marshal
 	retry := newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL))
 	for {
-		rctx, cancel := e.request(e.c.ctx, e.c.requestTimeout)
+		rctx, cancel := e.recordRequest(e.c.ctx, e.c.requestTimeout)
 		err := e.c.cfg.Backend.AppendHistory(rctx, e.name, entry, HistoryKept)
 		cancel()
 		if err == nil {

@@ -81,12 +81,15 @@ func priorityStep(ttl time.Duration) time.Duration {
 // waits the whole wait. Only a candidate with neither a view nor a registry read
 // campaigns at once, having nobody to count.
 //
+// A yield that follows a vacancy its watch showed (vacated) watches from there instead of
+// reading the key again.
+//
 // The election's view of the registry answers whether anyone ranks higher, without a store
 // request. One that does yield reads the registry to count, as it waits a step anyway:
 // every candidate then counts the registry as the store has it after the vacancy, not in
 // views that each may lag it differently (a leader that stays out after its release says
 // so before it: announceStandingOut).
-func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
+func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Observation, bool) {
 	skip := e.lastHolderOfPlaced()
 	list, err := e.KnownCandidates(ctx)
 	if err != nil {
@@ -102,11 +105,18 @@ func (e *Election) yieldToHigher(ctx context.Context) (Observation, bool) {
 	if higher == 0 {
 		return Observation{}, false
 	}
-	rctx, cancel := e.request(ctx, e.c.requestTimeout)
-	obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
-	cancel()
-	if err == nil && obs.Holder != nil {
-		return obs, true
+	// The vacancy this instance's watch just showed is as good as a read: the watch
+	// from there shows whoever takes the key since.
+	var obs Observation
+	if vacated != nil {
+		obs = *vacated
+	} else {
+		rctx, cancel := e.request(ctx, e.c.requestTimeout)
+		obs, err = e.c.cfg.Backend.Observe(rctx, e.name)
+		cancel()
+		if err == nil && obs.Holder != nil {
+			return obs, true
+		}
 	}
 	wait := time.Duration(higher) * priorityStep(e.c.cfg.TTL)
 	if err != nil {

@@ -16,8 +16,12 @@ import (
 // from its turn.
 
 // setRequests is how many store requests a set's elections have on their way at once, per
-// instance.
-const setRequests = 32
+// instance, and setRecords how many writes of their history on top: a record of a past
+// term waits for none of the requests a shard needs to change hands.
+const (
+	setRequests = 32
+	setRecords  = 8
+)
 
 // request is context.WithTimeout(ctx, timeout) for one store request of e. A shard's
 // request first waits, under ctx alone, for its turn, which cancel ends.
@@ -26,8 +30,23 @@ func (e *Election) request(ctx context.Context, timeout time.Duration) (context.
 	if m == nil {
 		return context.WithTimeout(ctx, timeout)
 	}
+	return takeTurn(ctx, timeout, m.reg.turns)
+}
+
+// recordRequest is request for a write of e's history.
+func (e *Election) recordRequest(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	m := e.shared.Load()
+	if m == nil {
+		return context.WithTimeout(ctx, timeout)
+	}
+	return takeTurn(ctx, timeout, m.reg.recordTurns)
+}
+
+// takeTurn waits, under ctx, for a turn of turns, then returns a context for the request
+// whose cancel ends the turn.
+func takeTurn(ctx context.Context, timeout time.Duration, turns chan struct{}) (context.Context, context.CancelFunc) {
 	select {
-	case m.reg.turns <- struct{}{}:
+	case turns <- struct{}{}:
 	case <-ctx.Done():
 		return context.WithTimeout(ctx, timeout) // over: the request fails at once
 	}
@@ -35,6 +54,6 @@ func (e *Election) request(ctx context.Context, timeout time.Duration) (context.
 	var once sync.Once
 	return rctx, func() {
 		cancel()
-		once.Do(func() { <-m.reg.turns })
+		once.Do(func() { <-turns })
 	}
 }

@@ -54,7 +54,7 @@ type sharedRegistry struct {
 	c     *Candidate
 	group string // the set's name, and the election whose registry holds the entries
 	// turns holds a token for each of the set's store requests on their way (setstore.go).
-	turns chan struct{}
+	turns, recordTurns chan struct{}
 
 	mu      sync.Mutex
 	members map[string]*Election // by shard number
@@ -104,7 +104,7 @@ func (e *Election) ShareRegistry(group string) {
 	r := c.sharedRegistries[group]
 	if r == nil {
 		r = &sharedRegistry{c: c, group: group, members: map[string]*Election{}, flushed: make(chan struct{}), liveNow: make(chan struct{}),
-			turns: make(chan struct{}, setRequests)}
+			turns: make(chan struct{}, setRequests), recordTurns: make(chan struct{}, setRecords)}
 		r.fresh.read = r.readStore
 		if c.sharedRegistries == nil {
 			c.sharedRegistries = map[string]*sharedRegistry{}
@@ -149,10 +149,14 @@ func (r *sharedRegistry) join(ctx context.Context, e *Election, shard string) {
 	if r.joined.IsZero() {
 		r.joined = time.Now()
 	}
-	r.c.loops.Add(1)
+	r.c.loops.Add(2)
 	go func() {
 		defer r.c.loops.Done()
 		r.follow(ctx)
+	}()
+	go func() {
+		defer r.c.loops.Done()
+		r.watchForOlder(ctx)
 	}()
 	if intents {
 		r.c.loops.Add(1)
