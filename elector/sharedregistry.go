@@ -3,6 +3,7 @@ package elector
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,10 +81,12 @@ type sharedRegistry struct {
 	intents map[string]*memberIntents
 	current map[string][]byte
 
-	// joined is when the first member joined, and live when the watch first reported
-	// after that (zero until then): see awaitFleet.
-	joined, live time.Time
-	liveNow      chan struct{} // closed when live is set
+	// joined is when the first member joined, live when the watch first reported after
+	// that (zero until then), and moved when the watch last reported another set of
+	// instances than before: see awaitFleet.
+	joined, live, moved time.Time
+	liveNow             chan struct{} // closed when live is set
+	ids                 []string      // the instances the watch last reported
 
 	fleetTTL    atomic.Int64
 	ttlMismatch sync.Map
@@ -197,8 +200,11 @@ func (r *sharedRegistry) follow(ctx context.Context) {
 			r.note(entries)
 			r.mu.Lock()
 			if r.live.IsZero() {
-				r.live = time.Now()
+				r.live, r.moved = time.Now(), time.Now()
 				close(r.liveNow)
+			}
+			if ids := entryIDs(entries); !slices.Equal(ids, r.ids) {
+				r.ids, r.moved = ids, time.Now()
 			}
 			if ctx.Err() == nil {
 				r.view = entries
@@ -226,30 +232,47 @@ func (r *sharedRegistry) follow(ctx context.Context) {
 // starting with this one are in its view of the registry: every shard is then first
 // claimed by the owner placement prefers, and does not move again once the others have
 // announced themselves (a cold start of a fleet of N instances would otherwise move
-// about (N-1)/N of the shards, each by a transfer). It waits until the registry's watch
-// has reported for one priority step, or one TTL after the set started when the watch
-// does not report; a set that started earlier does not wait. Only who tries first
-// depends on it: the store's compare-and-swap decides who holds a shard.
+// about (N-1)/N of the shards, each by a transfer). It waits until the instances the
+// registry's watch lists have stayed the same for one priority step (a fleet whose
+// instances start one after the other is waited for as long as they keep coming), and
+// one TTL after the set started at most; a set whose fleet has been the same for a step
+// already does not wait. Only who tries first depends on it: the store's
+// compare-and-swap decides who holds a shard.
 func (r *sharedRegistry) awaitFleet(ctx context.Context) {
 	r.mu.Lock()
-	joined, live, liveNow := r.joined, r.live, r.liveNow
+	joined, liveNow := r.joined, r.liveNow
 	r.mu.Unlock()
-	step, ttl := priorityStep(r.c.cfg.TTL), r.c.cfg.TTL
-	if live.IsZero() {
-		t := time.NewTimer(time.Until(joined.Add(ttl)))
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			return
-		case <-liveNow:
-		}
-		r.mu.Lock()
-		live = r.live
-		r.mu.Unlock()
+	step, latest := priorityStep(r.c.cfg.TTL), joined.Add(r.c.cfg.TTL)
+	t := time.NewTimer(time.Until(latest))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+		return
+	case <-liveNow:
 	}
-	sleepCtx(ctx, time.Until(live.Add(step)))
+	for {
+		r.mu.Lock()
+		stable := r.moved.Add(step)
+		r.mu.Unlock()
+		wait := time.Until(stable)
+		if wait <= 0 || !time.Now().Before(latest) {
+			return
+		}
+		if !sleepCtx(ctx, min(wait, time.Until(latest))) {
+			return
+		}
+	}
+}
+
+// entryIDs lists the ids of entries, which are sorted by id.
+func entryIDs(entries []sharedEntry) []string {
+	ids := make([]string, len(entries))
+	for i, en := range entries {
+		ids[i] = en.ID
+	}
+	return ids
 }
 
 // setView gives member e (of shard) its view of entries. r.mu is held.
