@@ -110,8 +110,9 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	}
 	why := e.endingOf(t.Token)
 	e.announceStandingOut(ctx, t.lease, why)
-	rctx, cancel := e.request(ctx, e.c.requestTimeout)
-	err := e.c.cfg.Backend.Release(rctx, e.name, t.Token, t.lease.id, why)
+	// Not a turn of the set's: the releases of many shards go in one batch.
+	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+	err := e.c.releases.release(rctx, e.name, t.Token, t.lease.id, why)
 	cancel()
 	if err != nil {
 		e.c.storeFailed("release", err)
@@ -312,9 +313,9 @@ func (e *Election) releaseAgainLocked(token int64, l *lease) {
 			}
 			e.mu.Unlock()
 		}()
-		rctx, cancel := e.request(e.c.ctx, e.c.requestTimeout)
+		rctx, cancel := context.WithTimeout(e.c.ctx, e.c.requestTimeout)
 		defer cancel()
-		if err := e.c.cfg.Backend.Release(rctx, e.name, token, l.id, why); err != nil {
+		if err := e.c.releases.release(rctx, e.name, token, l.id, why); err != nil {
 			e.c.storeFailed("release", err)
 			e.c.retryRelease(e.name, token, l, nil, why)
 		}

@@ -30,6 +30,8 @@ type placedFleet struct {
 	// older names the instances that run as an older release would: without the set's
 	// shared registry.
 	older map[string]bool
+	// batching gives the instances a client that batches (elector.Batcher).
+	batching bool
 	// overlaps counts samples in which two candidates admitted in one shard at once.
 	overlaps atomic.Int64
 	mu       sync.Mutex
@@ -49,7 +51,7 @@ func (f *placedFleet) join(id string, moves int) {
 	}
 	c, err := elector.NewCandidate(elector.Config{
 		ID: id, URL: "http://" + id + ".test:8080", TTL: time.Second, DrainTimeout: time.Second,
-		Backend: f.store.Client(), Logger: logger,
+		Backend: f.client(), Logger: logger,
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -369,5 +371,59 @@ func TestOlderReleaseInTheSetKeepsOneOwnerPerShard(t *testing.T) {
 	<-done
 	if n := f.overlaps.Load(); n > 0 {
 		t.Errorf("%d samples saw two instances admit in one shard", n)
+	}
+}
+
+func (f *placedFleet) client() elector.Backend {
+	if f.batching {
+		// A store that takes a moment to answer, as a real one does: releases asked
+		// meanwhile wait for the next batch.
+		c := f.store.BatchingClient()
+		c.SetDelay(2 * time.Millisecond)
+		return c
+	}
+	return f.store.Client()
+}
+
+// An instance that leaves releases its shards in a few batches where the store batches,
+// not one request per shard, and each successor still takes its shard at once, on the
+// release's acknowledgement.
+func TestLeavingInstanceReleasesItsShardsInBatches(t *testing.T) {
+	store := NewStore()
+	f := &placedFleet{t: t, store: store, shards: 64, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{}, batching: true}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); f.watch(stop) }()
+	defer func() {
+		close(stop)
+		<-done
+		if n := f.overlaps.Load(); n > 0 {
+			t.Errorf("%d samples saw two instances admit in one shard", n)
+		}
+	}()
+	f.join("node-a", 4)
+	f.join("node-b", 4)
+	f.settledOn([]string{"node-a", "node-b"}, 20*time.Second)
+	held := 0
+	for _, h := range f.holders() {
+		if h[0] == "node-a" {
+			held++
+		}
+	}
+	before := store.Calls()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.cands["node-a"].Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	delete(f.members, "node-a")
+	f.mu.Unlock()
+	f.settledOn([]string{"node-b"}, 10*time.Second)
+	after := store.Calls()
+	releases, batches := after["Release"]-before["Release"], after["ReleaseAll"]-before["ReleaseAll"]
+	t.Logf("node-a held %d shards and released them in %d single releases and %d batches", held, releases, batches)
+	if releases+batches > int64(held)/4 {
+		t.Errorf("%d shards released in %d requests (%d alone, %d batches); want them batched", held, releases+batches, releases, batches)
 	}
 }
