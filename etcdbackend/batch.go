@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/caddyleader/caddy-leader/elector"
 )
@@ -53,20 +54,22 @@ func (b *Backend) ReleaseAll(ctx context.Context, terms []elector.HeldTerm, leas
 	if err != nil {
 		return err
 	}
+	// The requests go at once: a leaving instance's releases are the successors' wait,
+	// and etcd commits requests that arrive together in one write of its log.
+	var g errgroup.Group
 	for chunk := range slices.Chunk(terms, batchElections) {
-		err := b.acknowledged(ctx, cli, lease, why, func(ack func(string, int64) clientv3.Op) error {
-			ops := make([]clientv3.Op, len(chunk))
-			for i, t := range chunk {
-				ops[i] = clientv3.OpTxn(b.releaseTxn(t.Election, t.Token, ack))
-			}
-			_, _, err := b.commit(ctx, cli, nil, ops, nil)
-			return err
+		g.Go(func() error {
+			return b.acknowledged(ctx, cli, lease, why, func(ack func(string, int64) clientv3.Op) error {
+				ops := make([]clientv3.Op, len(chunk))
+				for i, t := range chunk {
+					ops[i] = clientv3.OpTxn(b.releaseTxn(t.Election, t.Token, ack))
+				}
+				_, _, err := b.commit(ctx, cli, nil, ops, nil)
+				return err
+			})
 		})
-		if err != nil {
-			return err
-		}
 	}
-	return nil
+	return g.Wait()
 }
 
 // ExpireAll implements elector.Batcher: Expire's guarded delete for each term, nested,
