@@ -212,20 +212,13 @@ func (e *Election) notOwnIntent(value []byte) bool {
 
 // followIntents applies the election's intents as they come, for as long as ctx lasts.
 func (e *Election) followIntents(ctx context.Context) {
-	retry := newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL))
-	for ctx.Err() == nil {
-		for change := range e.c.cfg.Backend.WatchIntent(ctx, e.name) {
-			if change.Err != nil {
-				break
-			}
-			retry.reset()
+	followWatch(ctx, e.c.cfg.TTL,
+		func(ctx context.Context) <-chan IntentChange { return e.c.cfg.Backend.WatchIntent(ctx, e.name) },
+		func(change IntentChange) bool { return change.Err != nil },
+		func(change IntentChange) {
 			e.noteIntent(change.Value)
 			e.applyIntent(ctx, change.Value)
-		}
-		if !retry.wait(ctx) {
-			return
-		}
-	}
+		}, nil)
 }
 
 func (e *Election) applyIntent(ctx context.Context, value []byte) {

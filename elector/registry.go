@@ -60,19 +60,34 @@ func (v *registryView) changes() <-chan struct{} {
 // followRegistry keeps e's view of its candidates from the store's watch, for as long as
 // ctx lasts, watching again after a backoff whenever the watch breaks.
 func (e *Election) followRegistry(ctx context.Context) {
-	retry := newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL))
-	for ctx.Err() == nil {
-		for change := range e.c.cfg.Backend.WatchCandidates(ctx, e.name) {
-			if change.Err != nil {
-				break
-			}
-			retry.reset()
+	followWatch(ctx, e.c.cfg.TTL,
+		func(ctx context.Context) <-chan CandidatesChange { return e.c.cfg.Backend.WatchCandidates(ctx, e.name) },
+		func(change CandidatesChange) bool { return change.Err != nil },
+		func(change CandidatesChange) {
 			list := decodeCandidates(change.Candidates)
 			e.noteTTLs(list)
 			e.noteLeaderless(list)
 			e.registry.set(list, true)
+		},
+		func() { e.registry.set(nil, false) })
+}
+
+// followWatch hands each report of the watch that watch starts to report, for as long as
+// ctx lasts, and starts it again after a backoff whenever it breaks (failed tells a report
+// that says so), calling broken first (if not nil).
+func followWatch[T any](ctx context.Context, ttl time.Duration, watch func(context.Context) <-chan T, failed func(T) bool, report func(T), broken func()) {
+	retry := newBackoff(100*time.Millisecond, min(5*time.Second, ttl))
+	for ctx.Err() == nil {
+		for v := range watch(ctx) {
+			if failed(v) {
+				break
+			}
+			retry.reset()
+			report(v)
 		}
-		e.registry.set(nil, false)
+		if broken != nil {
+			broken()
+		}
 		if !retry.wait(ctx) {
 			return
 		}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"strings"
-	"time"
 )
 
 // A shard set's elections follow their intents through one watch of the whole set's
@@ -30,48 +29,46 @@ func (r *sharedRegistry) followsIntents() bool {
 // followIntents keeps the members' intents from one watch of the set's, watching again
 // after a backoff whenever the watch breaks.
 func (r *sharedRegistry) followIntents(ctx context.Context, ig IntentGrouper) {
-	retry := newBackoff(100*time.Millisecond, min(5*time.Second, r.c.cfg.TTL))
-	for ctx.Err() == nil {
-		first := true
-		for rep := range ig.WatchGroupIntents(ctx, r.group) {
-			if rep.Err != nil {
-				break
-			}
-			retry.reset()
+	first := true // the first report of a watch
+	followWatch(ctx, r.c.cfg.TTL,
+		func(ctx context.Context) <-chan GroupIntents { return ig.WatchGroupIntents(ctx, r.group) },
+		func(rep GroupIntents) bool { return rep.Err != nil },
+		func(rep GroupIntents) {
 			r.mu.Lock()
-			if ctx.Err() != nil {
-				r.mu.Unlock()
-				return
+			defer r.mu.Unlock()
+			if ctx.Err() == nil {
+				r.applyLocked(rep, first)
 			}
-			if rep.All {
-				r.current = map[string][]byte{}
-				for shard, m := range r.intents {
-					if _, listed := rep.Intents[r.group+"."+shard]; !listed {
-						r.giveLocked(shard, m, nil, false)
-					}
-				}
-			}
-			for name, value := range rep.Intents {
-				shard, ok := strings.CutPrefix(name, r.group+".")
-				if !ok {
-					continue
-				}
-				if value == nil {
-					delete(r.current, shard)
-				} else {
-					r.current[shard] = value
-				}
-				if m := r.intents[shard]; m != nil {
-					// After the watch broke, an intent is applied again, as a member's
-					// own watch would apply the first report of its next watch.
-					r.giveLocked(shard, m, value, first && value != nil)
-				}
-			}
-			r.mu.Unlock()
 			first = false
+		},
+		func() { first = true })
+}
+
+// applyLocked gives the members what rep reports; first says that it is the first report
+// of a watch. r.mu is held.
+func (r *sharedRegistry) applyLocked(rep GroupIntents, first bool) {
+	if rep.All {
+		r.current = map[string][]byte{}
+		for shard, m := range r.intents {
+			if _, listed := rep.Intents[r.group+"."+shard]; !listed {
+				r.giveLocked(shard, m, nil, false)
+			}
 		}
-		if !retry.wait(ctx) {
-			return
+	}
+	for name, value := range rep.Intents {
+		shard, ok := strings.CutPrefix(name, r.group+".")
+		if !ok {
+			continue
+		}
+		if value == nil {
+			delete(r.current, shard)
+		} else {
+			r.current[shard] = value
+		}
+		if m := r.intents[shard]; m != nil {
+			// After the watch broke, an intent is applied again, as a member's own watch
+			// would apply the first report of its next watch.
+			r.giveLocked(shard, m, value, first && value != nil)
 		}
 	}
 }

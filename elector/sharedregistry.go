@@ -189,16 +189,16 @@ func (r *sharedRegistry) leave(e *Election, shard string) {
 // follow keeps every member's view of the registry from one watch of the set's entries,
 // watching again after a backoff whenever the watch breaks.
 func (r *sharedRegistry) follow(ctx context.Context) {
-	retry := newBackoff(100*time.Millisecond, min(5*time.Second, r.c.cfg.TTL))
-	for ctx.Err() == nil {
-		for change := range r.c.cfg.Backend.WatchCandidates(ctx, r.group) {
-			if change.Err != nil {
-				break
-			}
-			retry.reset()
+	followWatch(ctx, r.c.cfg.TTL,
+		func(ctx context.Context) <-chan CandidatesChange {
+			return r.c.cfg.Backend.WatchCandidates(ctx, r.group)
+		},
+		func(change CandidatesChange) bool { return change.Err != nil },
+		func(change CandidatesChange) {
 			entries := decodeShared(change.Candidates)
 			r.note(entries)
 			r.mu.Lock()
+			defer r.mu.Unlock()
 			if r.live.IsZero() {
 				r.live, r.moved = time.Now(), time.Now()
 				close(r.liveNow)
@@ -212,20 +212,17 @@ func (r *sharedRegistry) follow(ctx context.Context) {
 					r.setView(e, shard, entries)
 				}
 			}
-			r.mu.Unlock()
-		}
-		r.mu.Lock()
-		if ctx.Err() == nil {
-			r.view = nil
-			for _, e := range r.members {
-				e.registry.set(nil, false)
+		},
+		func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if ctx.Err() == nil {
+				r.view = nil
+				for _, e := range r.members {
+					e.registry.set(nil, false)
+				}
 			}
-		}
-		r.mu.Unlock()
-		if !retry.wait(ctx) {
-			return
-		}
-	}
+		})
 }
 
 // awaitFleet delays the first campaigns of a set that is starting until the instances

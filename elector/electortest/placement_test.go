@@ -183,16 +183,7 @@ func (f *placedFleet) watch(stop <-chan struct{}) {
 // that leaves hands its shards to their next owners.
 func TestPlacedElectionsFollowTheirRanking(t *testing.T) {
 	f := &placedFleet{t: t, store: NewStore(), shards: 24, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{}}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); f.watch(stop) }()
-	defer func() {
-		close(stop)
-		<-done
-		if n := f.overlaps.Load(); n > 0 {
-			t.Errorf("%d samples saw two instances admit in one shard", n)
-		}
-	}()
+	defer f.checkOverlaps(t)()
 
 	for _, id := range []string{"node-a", "node-b", "node-c"} {
 		f.join(id, 4)
@@ -216,14 +207,7 @@ func TestPlacedElectionsFollowTheirRanking(t *testing.T) {
 	}
 	t.Logf("a join moved %d of %d shards", moved, f.shards)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := f.cands["node-a"].Leave(ctx); err != nil {
-		t.Fatal(err)
-	}
-	f.mu.Lock()
-	delete(f.members, "node-a")
-	f.mu.Unlock()
+	f.leave("node-a")
 	f.settledOn([]string{"node-b", "node-c", "node-d"}, 20*time.Second)
 }
 
@@ -342,9 +326,7 @@ func (f *placedFleet) settle(t *testing.T, what string, cond func() bool) {
 func TestOlderReleaseInTheSetKeepsOneOwnerPerShard(t *testing.T) {
 	f := &placedFleet{t: t, store: NewStore(), shards: 16, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{},
 		logs: map[string]*observer.ObservedLogs{}, older: map[string]bool{"node-old": true}}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); f.watch(stop) }()
+	stopChecking := f.checkOverlaps(t)
 	for _, id := range []string{"node-a", "node-old", "node-b"} {
 		f.join(id, 4)
 	}
@@ -367,11 +349,7 @@ func TestOlderReleaseInTheSetKeepsOneOwnerPerShard(t *testing.T) {
 		}
 		return false
 	})
-	close(stop)
-	<-done
-	if n := f.overlaps.Load(); n > 0 {
-		t.Errorf("%d samples saw two instances admit in one shard", n)
-	}
+	stopChecking()
 }
 
 func (f *placedFleet) client() elector.Backend {
@@ -391,16 +369,7 @@ func (f *placedFleet) client() elector.Backend {
 func TestLeavingInstanceReleasesItsShardsInBatches(t *testing.T) {
 	store := NewStore()
 	f := &placedFleet{t: t, store: store, shards: 64, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{}, batching: true}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { defer close(done); f.watch(stop) }()
-	defer func() {
-		close(stop)
-		<-done
-		if n := f.overlaps.Load(); n > 0 {
-			t.Errorf("%d samples saw two instances admit in one shard", n)
-		}
-	}()
+	defer f.checkOverlaps(t)()
 	f.join("node-a", 4)
 	f.join("node-b", 4)
 	f.settledOn([]string{"node-a", "node-b"}, 20*time.Second)
@@ -411,14 +380,7 @@ func TestLeavingInstanceReleasesItsShardsInBatches(t *testing.T) {
 		}
 	}
 	before := store.Calls()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := f.cands["node-a"].Leave(ctx); err != nil {
-		t.Fatal(err)
-	}
-	f.mu.Lock()
-	delete(f.members, "node-a")
-	f.mu.Unlock()
+	f.leave("node-a")
 	f.settledOn([]string{"node-b"}, 10*time.Second)
 	after := store.Calls()
 	releases, batches := after["Release"]-before["Release"], after["ReleaseAll"]-before["ReleaseAll"]
@@ -426,4 +388,32 @@ func TestLeavingInstanceReleasesItsShardsInBatches(t *testing.T) {
 	if releases+batches > int64(held)/4 {
 		t.Errorf("%d shards released in %d requests (%d alone, %d batches); want them batched", held, releases+batches, releases, batches)
 	}
+}
+
+// checkOverlaps samples the fleet for two instances admitting in one shard until the
+// function it returns is called, which fails t if any did.
+func (f *placedFleet) checkOverlaps(t *testing.T) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); f.watch(stop) }()
+	return func() {
+		close(stop)
+		<-done
+		if n := f.overlaps.Load(); n > 0 {
+			t.Errorf("%d samples saw two instances admit in one shard", n)
+		}
+	}
+}
+
+// leave makes the instance id leave the set, as on SIGTERM.
+func (f *placedFleet) leave(id string) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.cands[id].Leave(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	f.mu.Lock()
+	delete(f.members, id)
+	f.mu.Unlock()
 }
