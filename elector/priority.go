@@ -85,7 +85,8 @@ func priorityStep(ttl time.Duration) time.Duration {
 // reading the key again.
 //
 // The election's view of the registry answers whether anyone ranks higher, without a store
-// request. One that does yield reads the registry to count, as it waits a step anyway:
+// request. One that does yield reads the registry to count (but a shard of a set, whose
+// view is the set's shared one, while its watch is live), as it waits a step anyway:
 // every candidate then counts the registry as the store has it after the vacancy, not in
 // views that each may lag it differently (a leader that stays out after its release says
 // so before it: announceStandingOut).
@@ -99,8 +100,13 @@ func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Obs
 	if higher == 0 {
 		return Observation{}, false
 	}
-	if fresh, err := e.Candidates(ctx); err == nil {
-		higher = e.higher(fresh, skip)
+	// A shard of a set counts from its set's view while the view's watch is live: the
+	// set's thousands of shards would otherwise read the registry back to back, and on
+	// a store with a request budget (Kubernetes) spend it on reads.
+	if _, live := e.registry.get(); e.shared.Load() == nil || !live {
+		if fresh, err := e.Candidates(ctx); err == nil {
+			higher = e.higher(fresh, skip)
+		}
 	}
 	if higher == 0 {
 		return Observation{}, false
