@@ -81,12 +81,11 @@ type sharedRegistry struct {
 	intents map[string]*memberIntents
 	current map[string][]byte
 
-	// joined is when the first member joined, live when the watch first reported after
-	// that (zero until then), and moved when the watch last reported another set of
-	// instances than before: see awaitFleet.
-	joined, live, moved time.Time
-	liveNow             chan struct{} // closed when live is set
-	ids                 []string      // the instances the watch last reported
+	// joined is when the first member joined, and moved when the watch last reported
+	// another set of instances than before (zero until its first report): see awaitFleet.
+	joined, moved time.Time
+	liveNow       chan struct{} // closed at the watch's first report
+	ids           []string      // the instances the watch last reported
 
 	fleetTTL    atomic.Int64
 	ttlMismatch sync.Map
@@ -199,11 +198,10 @@ func (r *sharedRegistry) follow(ctx context.Context) {
 			r.note(entries)
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			if r.live.IsZero() {
-				r.live, r.moved = time.Now(), time.Now()
-				close(r.liveNow)
-			}
-			if ids := entryIDs(entries); !slices.Equal(ids, r.ids) {
+			if ids := entryIDs(entries); r.moved.IsZero() || !slices.Equal(ids, r.ids) {
+				if r.moved.IsZero() {
+					close(r.liveNow)
+				}
 				r.ids, r.moved = ids, time.Now()
 			}
 			if ctx.Err() == nil {
@@ -240,6 +238,9 @@ func (r *sharedRegistry) awaitFleet(ctx context.Context) {
 	joined, liveNow := r.joined, r.liveNow
 	r.mu.Unlock()
 	step, latest := priorityStep(r.c.cfg.TTL), joined.Add(r.c.cfg.TTL)
+	if !time.Now().Before(latest) {
+		return // every campaign after the set's first ttl
+	}
 	t := time.NewTimer(time.Until(latest))
 	defer t.Stop()
 	select {
