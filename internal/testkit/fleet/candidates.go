@@ -29,7 +29,12 @@ func StartShardCandidate(t T, cfg elector.Config, set string, count, moves int) 
 		names[s] = set + "." + strconv.Itoa(s)
 	}
 	slots := make(chan struct{}, moves)
-	return startCandidate(t, cfg, names, func(s int, e *elector.Election) {
+	return startCandidate(t, cfg, names, func(c *elector.Candidate, s int, e *elector.Election) {
+		if s == 0 {
+			// As the leader app does: a follower whose store does not group the set's
+			// heartbeats never sees a holder's beacons, and deletes its key after a ttl.
+			c.GroupHeartbeats(set)
+		}
 		e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, s, priority) }, slots)
 		e.ShareRegistry(set)
 	})
@@ -37,7 +42,7 @@ func StartShardCandidate(t T, cfg elector.Config, set string, count, moves int) 
 
 // startCandidate starts a candidate in elections, calling place (if not nil) on each
 // before it starts.
-func startCandidate(t T, cfg elector.Config, elections []string, place func(int, *elector.Election)) (*elector.Candidate, []*elector.Election) {
+func startCandidate(t T, cfg elector.Config, elections []string, place func(*elector.Candidate, int, *elector.Election)) (*elector.Candidate, []*elector.Election) {
 	t.Helper()
 	cand, err := elector.NewCandidate(cfg)
 	if err != nil {
@@ -47,7 +52,7 @@ func startCandidate(t T, cfg elector.Config, elections []string, place func(int,
 	for i, name := range elections {
 		es[i] = cand.Election(name)
 		if place != nil {
-			place(i, es[i])
+			place(cand, i, es[i])
 		}
 	}
 	cand.Start()
