@@ -60,6 +60,7 @@ type Candidate struct {
 	cfg            Config
 	releases       *releases // the releases of its elections, batched where the store can
 	now            func() time.Time
+	realClock      bool // now is time.Now: a timer set for a deadline of now's fires at it
 	requestTimeout time.Duration
 	drainTimeout   atomic.Int64 // a time.Duration; the newest config's
 	logger         atomic.Pointer[zap.Logger]
@@ -122,7 +123,7 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 		boot:           newNonce(),
 	}
 	if c.now == nil {
-		c.now = time.Now
+		c.now, c.realClock = time.Now, true
 	}
 	c.SetLogger(cfg.Logger)
 	c.SetDrainTimeout(cfg.DrainTimeout)

@@ -39,9 +39,17 @@ func (e *Election) keepBeating(t *Term) {
 		if now := e.c.now(); failed || t.beat.valid(now) {
 			// The term is over when its heartbeat deadline passes (writes of the key fail
 			// while renewals of the lease succeed: a full disk, a permission taken away).
-			// Polled, since the deadline moves with every heartbeat and the clock may
-			// be a test's.
-			beatOver := time.NewTimer(min(max(t.beatHorizon(now), time.Millisecond), 100*time.Millisecond))
+			// A timer for the deadline as it is now: without failsafe the deadline only
+			// moves later (with every heartbeat), so it is looked at again when the
+			// timer fires. A failsafe's part of it may be cut short by a refusal, and
+			// a test's clock may jump: their deadlines are polled. A shard set's held
+			// shards each have this loop, and a poll every 100 ms cost a fleet 10
+			// wake-ups a second per held shard for nothing.
+			wait := max(t.beatHorizon(now), time.Millisecond)
+			if !e.c.realClock || e.c.cfg.Failsafe != nil {
+				wait = min(wait, 100*time.Millisecond)
+			}
+			beatOver := time.NewTimer(wait)
 			select {
 			case <-t.end.Done():
 				beatOver.Stop()
