@@ -65,14 +65,31 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 			return obs, false, nil
 		}
 	}
+	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
+	if e.shared.Load() != nil {
+		// A shard's claim goes in a batch with the claims of the set's other shards asked
+		// meanwhile (one request for hundreds at a start), and takes no turn: the batches
+		// go one at a time. It counts as sent now, before it waits for its batch: a term
+		// it wins counts its heartbeat deadline from an earlier time, not a later one.
+		rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
+		defer cancel()
+		e.noteCampaign(rec)
+		obs, err := e.c.batches.claim(rctx, e.name, rec.encode(), l.id)
+		return obs, false, err
+	}
 	rctx, cancel := e.request(ctx, e.c.requestTimeout) // after the yield, which may wait
 	defer cancel()
-	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
+	e.noteCampaign(rec)
+	obs, err := e.c.cfg.Backend.Campaign(rctx, e.name, rec.encode(), l.id)
+	return obs, false, err
+}
+
+// noteCampaign records the campaign about to be sent for rec, and when (see
+// Election.campaign).
+func (e *Election) noteCampaign(rec Record) {
 	e.mu.Lock()
 	e.campaign.rec, e.campaign.sent = rec, e.c.now()
 	e.mu.Unlock()
-	obs, err := e.c.cfg.Backend.Campaign(rctx, e.name, rec.encode(), l.id)
-	return obs, false, err
 }
 
 // follow watches the key from after the observation seen and publishes what it sees. It returns nil when the

@@ -58,7 +58,7 @@ const MinTTL = time.Second
 // many elections there are), and runs one campaign loop per election.
 type Candidate struct {
 	cfg            Config
-	releases       *releases // the releases of its elections, batched where the store can
+	batches        *storeBatches // releases and a set's claims, batched where the store can
 	now            func() time.Time
 	realClock      bool // now is time.Now: a timer set for a deadline of now's fires at it
 	requestTimeout time.Duration
@@ -113,7 +113,7 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 	}
 	c := &Candidate{
 		cfg:       cfg,
-		releases:  newReleases(cfg.Backend),
+		batches:   newStoreBatches(cfg.Backend),
 		now:       cfg.Now,
 		leaseWake: make(chan struct{}),
 		elections: make(map[string]*Election),
@@ -346,7 +346,7 @@ func (c *Candidate) retryRelease(election string, token int64, l *lease, pred *p
 			default:
 			}
 			rctx, cancel := context.WithTimeout(c.ctx, c.requestTimeout)
-			err := c.releases.release(rctx, election, token, l.id, why)
+			err := c.batches.release(rctx, election, token, l.id, why)
 			cancel()
 			if err == nil || errors.Is(err, ErrLeaseNotFound) {
 				c.log().Info("released the key of an election no longer configured",

@@ -112,7 +112,7 @@ func (e *Election) handOver(ctx context.Context, holdOff time.Duration) error {
 	e.announceStandingOut(ctx, t.lease, why)
 	// Not a turn of the set's: the releases of many shards go in one batch.
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
-	err := e.c.releases.release(rctx, e.name, t.Token, t.lease.id, why)
+	err := e.c.batches.release(rctx, e.name, t.Token, t.lease.id, why)
 	cancel()
 	if err != nil {
 		e.c.storeFailed("release", err)
@@ -315,7 +315,7 @@ func (e *Election) releaseAgainLocked(token int64, l *lease) {
 		}()
 		rctx, cancel := context.WithTimeout(e.c.ctx, e.c.requestTimeout)
 		defer cancel()
-		if err := e.c.releases.release(rctx, e.name, token, l.id, why); err != nil {
+		if err := e.c.batches.release(rctx, e.name, token, l.id, why); err != nil {
 			e.c.storeFailed("release", err)
 			e.c.retryRelease(e.name, token, l, nil, why)
 		}

@@ -363,15 +363,21 @@ func (f *placedFleet) client() elector.Backend {
 	return f.store.Client()
 }
 
+// batchingPair starts node-a and node-b in a set of 64 shards on a store that batches.
+func batchingPair(t *testing.T) (*placedFleet, *Store) {
+	store := NewStore()
+	f := &placedFleet{t: t, store: store, shards: 64, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{}, batching: true}
+	f.join("node-a", 4)
+	f.join("node-b", 4)
+	return f, store
+}
+
 // An instance that leaves releases its shards in a few batches where the store batches,
 // not one request per shard, and each successor still takes its shard at once, on the
 // release's acknowledgement.
 func TestLeavingInstanceReleasesItsShardsInBatches(t *testing.T) {
-	store := NewStore()
-	f := &placedFleet{t: t, store: store, shards: 64, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{}, batching: true}
+	f, store := batchingPair(t)
 	defer f.checkOverlaps(t)()
-	f.join("node-a", 4)
-	f.join("node-b", 4)
 	f.settledOn([]string{"node-a", "node-b"}, 20*time.Second)
 	held := 0
 	for _, h := range f.holders() {
@@ -387,6 +393,22 @@ func TestLeavingInstanceReleasesItsShardsInBatches(t *testing.T) {
 	t.Logf("node-a held %d shards and released them in %d single releases and %d batches", held, releases, batches)
 	if releases+batches > int64(held)/4 {
 		t.Errorf("%d shards released in %d requests (%d alone, %d batches); want them batched", held, releases+batches, releases, batches)
+	}
+}
+
+// A set's shards claim their keys in a few batches where the store batches, not one
+// request per shard: at a start every instance claims the shards it is preferred for at
+// the same moment. Placement is as it is with single claims: one owner per shard, the
+// preferred one.
+func TestShardSetClaimsInBatches(t *testing.T) {
+	f, store := batchingPair(t)
+	defer f.checkOverlaps(t)()
+	f.settledOn([]string{"node-a", "node-b"}, 20*time.Second)
+	calls := store.Calls()
+	claims, batches := calls["Campaign"], calls["CampaignAll"]
+	t.Logf("%d shards claimed in %d single claims and %d batches", f.shards, claims, batches)
+	if batches == 0 || claims+batches > int64(f.shards)/4 {
+		t.Errorf("%d shards claimed in %d requests (%d alone, %d batches); want them batched", f.shards, claims+batches, claims, batches)
 	}
 }
 

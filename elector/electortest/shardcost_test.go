@@ -167,7 +167,7 @@ func startCostFleet(b *testing.B, store *Store, n, count int) *costFleet {
 		id := fmt.Sprintf("node-%d", i)
 		c, err := elector.NewCandidate(elector.Config{
 			ID: id, URL: "http://" + id + ".test:8080", TTL: costTTL, DrainTimeout: time.Second,
-			Backend: store.Client(), Logger: zap.NewNop(), Now: store.Now,
+			Backend: store.BatchingClient(), Logger: zap.NewNop(), Now: store.Now, // batches, as etcd and PostgreSQL do
 		})
 		if err != nil {
 			b.Fatal(err)
