@@ -33,6 +33,21 @@ type Batcher interface {
 	ExpireAll(ctx context.Context, terms []HeldTerm) ([]bool, error)
 }
 
+// ClaimBatcher is a Batcher whose CampaignAll may carry the claims that a shard set's
+// shards make one by one (each asked when its own loop gets there), batched with the claims
+// asked meanwhile. That takes a store whose batch holds no lock that another instance's
+// claim of the same keys waits for: etcd applies a transaction at once. On a store whose
+// batch is one transaction that holds the keys' row locks until it ends (PostgreSQL),
+// instances claiming overlapping keys in batches wait for each other's whole batch, and a
+// start of 1,024 shards took minutes instead of seconds (BENCHMARKS.md §12), so it claims
+// one key per request there.
+type ClaimBatcher interface {
+	Batcher
+	// BatchesClaims says nothing; it marks the store as one whose batched claims take no
+	// lock across the batch.
+	BatchesClaims()
+}
+
 // Claim is one election a batched campaign tries to win, with the value its key gets.
 type Claim struct {
 	Election string

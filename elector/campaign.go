@@ -66,10 +66,10 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 		}
 	}
 	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
-	if e.shared.Load() != nil {
+	if e.shared.Load() != nil && e.c.batches.claims.batch != nil {
 		// A shard's claim goes in a batch with the claims of the set's other shards asked
-		// meanwhile (one request for hundreds at a start), and takes no turn: the batches
-		// go one at a time. It counts as sent now, before it waits for its batch: a term
+		// meanwhile (one request for hundreds at a start; ClaimBatcher), and takes no
+		// turn: the batches go one at a time. It counts as sent now, before it waits for its batch: a term
 		// it wins counts its heartbeat deadline from an earlier time, not a later one.
 		rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 		defer cancel()

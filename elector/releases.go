@@ -4,8 +4,8 @@ import "context"
 
 // storeBatches are a candidate's store calls that go in batches where the store has a
 // Batcher (groupCommit): the releases of its elections (a shard set's SIGTERM hands
-// hundreds of shards over at once), and the claims of a set's shards (a set's start
-// claims hundreds at once).
+// hundreds of shards over at once), and, where the store is a ClaimBatcher, the claims of
+// a set's shards (a set's start claims hundreds at once).
 type storeBatches struct {
 	releases groupCommit[releaseCall, struct{}]
 	claims   groupCommit[claimCall, Observation]
@@ -47,6 +47,8 @@ func newStoreBatches(b Backend) *storeBatches {
 			}
 			return make([]struct{}, len(rs)), bb.ReleaseAll(ctx, terms, rs[0].lease, rs[0].why)
 		}
+	}
+	if bb, ok := b.(ClaimBatcher); ok {
 		s.claims.batch = func(ctx context.Context, cs []claimCall) ([]Observation, error) {
 			claims := make([]Claim, len(cs))
 			for i, c := range cs {

@@ -112,4 +112,7 @@ func (b *Backend) ExpireAll(ctx context.Context, terms []elector.HeldTerm) ([]bo
 }
 
 // Interface guard.
-var _ elector.Batcher = (*Backend)(nil)
+// BatchesClaims implements elector.ClaimBatcher: a transaction is applied at once.
+func (b *Backend) BatchesClaims() {}
+
+var _ elector.ClaimBatcher = (*Backend)(nil)

@@ -55,4 +55,8 @@ func (c BatchingClient) ExpireAll(ctx context.Context, terms []elector.HeldTerm)
 }
 
 // Interface guard.
-var _ elector.Batcher = BatchingClient{}
+// BatchesClaims implements elector.ClaimBatcher: a batch is applied under the store's lock
+// at once, as an etcd transaction is.
+func (c BatchingClient) BatchesClaims() {}
+
+var _ elector.ClaimBatcher = BatchingClient{}
