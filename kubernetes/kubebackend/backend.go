@@ -260,6 +260,24 @@ func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID
 	}
 }
 
+// lifelineKey marks a context whose requests go through the lifeline client: a set's
+// heartbeat that writes its key (the beacon could not answer it) keeps a term alive as a
+// beacon does, and must not wait behind the set's campaigns for the general client's rate
+// limit (a set of 64 shards lost every term that way, again and again).
+type lifelineKey struct{}
+
+// onLifeline returns ctx marked for the lifeline client.
+func onLifeline(ctx context.Context) context.Context { return context.WithValue(ctx, lifelineKey{}, true) }
+
+// clientFor returns the client for a request under ctx: the lifeline client if ctx is
+// marked for it (onLifeline), the general one otherwise.
+func (b *Backend) clientFor(ctx context.Context) (coordclient.LeaseInterface, error) {
+	if on, _ := ctx.Value(lifelineKey{}).(bool); on {
+		return b.lifelineClient()
+	}
+	return b.client()
+}
+
 // lifelineClient returns the client for renewals and beacons (see Backend.lifeline).
 func (b *Backend) lifelineClient() (coordclient.LeaseInterface, error) {
 	if _, err := b.client(); err != nil {
@@ -389,7 +407,7 @@ func (b *Backend) alive(ctx context.Context, id elector.LeaseID) (bool, error) {
 	if id == 0 {
 		return false, nil
 	}
-	leases, err := b.client()
+	leases, err := b.clientFor(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -407,7 +425,7 @@ func (b *Backend) alive(ctx context.Context, id elector.LeaseID) (bool, error) {
 // the store's revision as of the read (a get's would be the object's). obj is nil when
 // there is no such object.
 func (b *Backend) getNamed(ctx context.Context, at mark, name string) (obj *coordv1.Lease, rev int64, err error) {
-	leases, err := b.client()
+	leases, err := b.clientFor(ctx)
 	if err != nil {
 		return nil, 0, err
 	}

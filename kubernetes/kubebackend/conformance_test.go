@@ -56,6 +56,7 @@ func TestConformance(t *testing.T) {
 		// Sixteen campaigns, each a few requests, under a lease nobody renews: a longer
 		// TTL keeps the lease alive through them on a busy machine.
 		electortest.RunGrouped(t, harness("Grouped", 10*time.Second))
+		electortest.RunGroupIntents(t, harness("Grouped", 2*time.Second))
 		electortest.RunBatch(t, harness("Grouped", 10*time.Second))
 	})
 }

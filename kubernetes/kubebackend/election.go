@@ -39,7 +39,7 @@ func (b *Backend) holderOf(obj *coordv1.Lease) *elector.Holder {
 
 // vacate clears obj's holder if obj is still at its resourceVersion.
 func (b *Backend) vacate(ctx context.Context, obj *coordv1.Lease) (*coordv1.Lease, error) {
-	leases, err := b.client()
+	leases, err := b.clientFor(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +233,14 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if ok, handled, err := b.beatGrouped(ctx, election, token, value); handled {
 		return ok, err
 	}
+	if b.groupOf(election) != nil {
+		// A heartbeat of a set's shard that writes its key (the beacon could not answer
+		// it: its watch is not up yet, say) keeps the term alive as a beacon does: it
+		// goes through the lifeline client, not behind the set's campaigns. A plain
+		// election's heartbeats write their keys every time, and stay off the lifeline,
+		// which its renewals need.
+		ctx = onLifeline(ctx)
+	}
 	ok, err := b.updateHeld(ctx, election, token, 0, func(obj *coordv1.Lease) {
 		obj.Annotations[annValue] = base64.StdEncoding.EncodeToString(value)
 		b.labelGroup(obj, election)
@@ -253,7 +261,7 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 // again, at most tries times (no bound if 0). It reports whether it wrote; an error after
 // a write is the rewind check's.
 func (b *Backend) updateHeld(ctx context.Context, election string, token int64, tries int, change func(*coordv1.Lease)) (bool, error) {
-	leases, err := b.client()
+	leases, err := b.clientFor(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -231,7 +231,7 @@ func (b *Backend) watchIntent(ctx context.Context, election string, out chan<- e
 	report := func(obj *coordv1.Lease) error {
 		var v []byte
 		if obj != nil {
-			v, _ = base64.StdEncoding.DecodeString(obj.Annotations[annValue])
+			v = intentValue(obj)
 		}
 		if reported && lastPresent == (obj != nil) && lastValue == string(v) {
 			return nil
