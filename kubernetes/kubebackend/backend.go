@@ -267,7 +267,9 @@ func (b *Backend) Grant(ctx context.Context, ttl time.Duration) (elector.LeaseID
 type lifelineKey struct{}
 
 // onLifeline returns ctx marked for the lifeline client.
-func onLifeline(ctx context.Context) context.Context { return context.WithValue(ctx, lifelineKey{}, true) }
+func onLifeline(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lifelineKey{}, true)
+}
 
 // clientFor returns the client for a request under ctx: the lifeline client if ctx is
 // marked for it (onLifeline), the general one otherwise.
