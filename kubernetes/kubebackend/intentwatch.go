@@ -41,15 +41,7 @@ func (w *groupIntentWatch) selector() metav1.ListOptions {
 }
 
 func (w *groupIntentWatch) run(ctx context.Context) error {
-	leases, err := w.b.client()
-	if err != nil {
-		return err
-	}
-	from, err := w.relist(ctx)
-	if err != nil {
-		return err
-	}
-	return w.b.watchOn(ctx, leases, w.selector(), from, w.relist, w.events)
+	return w.b.listThenWatch(ctx, w.selector(), w.relist, w.events)
 }
 
 // election is the group's election whose intent obj is, if it is one.
@@ -64,19 +56,7 @@ func (w *groupIntentWatch) election(obj *coordv1.Lease) (string, bool) {
 // relist reads the intents afresh, reports the whole list, and returns the revision to
 // watch from.
 func (w *groupIntentWatch) relist(ctx context.Context) (int64, error) {
-	leases, err := w.b.client()
-	if err != nil {
-		return 0, err
-	}
-	at := w.b.revs.mark()
-	list, err := leases.List(ctx, w.selector())
-	if err != nil {
-		return 0, w.b.describe("list", err)
-	}
-	if err := w.b.revs.check(at, list.ResourceVersion); err != nil {
-		return 0, err
-	}
-	from, err := parseRV(list.ResourceVersion)
+	list, from, err := w.b.listSelected(ctx, w.selector())
 	if err != nil {
 		return 0, err
 	}

@@ -49,34 +49,14 @@ func (w *registryWatch) selector() metav1.ListOptions {
 }
 
 func (w *registryWatch) run(ctx context.Context) error {
-	leases, err := w.b.client()
-	if err != nil {
-		return err
-	}
-	from, err := w.relist(ctx)
-	if err != nil {
-		return err
-	}
-	return w.b.watchOn(ctx, leases, w.selector(), from, w.relist, w.events)
+	return w.b.listThenWatch(ctx, w.selector(), w.relist, w.events)
 }
 
 // relist reads the announcements, and then the lease objects alive (so that a lease
 // granted in between is not missed), reports the list, and returns the revision to watch
 // from.
 func (w *registryWatch) relist(ctx context.Context) (int64, error) {
-	leases, err := w.b.client()
-	if err != nil {
-		return 0, err
-	}
-	at := w.b.revs.mark()
-	list, err := leases.List(ctx, w.selector())
-	if err != nil {
-		return 0, w.b.describe("list", err)
-	}
-	if err := w.b.revs.check(at, list.ResourceVersion); err != nil {
-		return 0, err
-	}
-	from, err := parseRV(list.ResourceVersion)
+	list, from, err := w.b.listSelected(ctx, w.selector())
 	if err != nil {
 		return 0, err
 	}

@@ -92,6 +92,43 @@ func (b *Backend) watchOn(ctx context.Context, leases coordclient.LeaseInterface
 	}
 }
 
+// listThenWatch lists the objects opts select (relist, which returns the revision to
+// watch from) and then watches them with watchOn.
+func (b *Backend) listThenWatch(ctx context.Context, opts metav1.ListOptions,
+	relist func(context.Context) (int64, error), events func(context.Context, <-chan event, int64) (int64, error)) error {
+	leases, err := b.client()
+	if err != nil {
+		return err
+	}
+	from, err := relist(ctx)
+	if err != nil {
+		return err
+	}
+	return b.watchOn(ctx, leases, opts, from, relist, events)
+}
+
+// listSelected lists the objects opts select, with the rewind check, and returns them with
+// the list's revision.
+func (b *Backend) listSelected(ctx context.Context, opts metav1.ListOptions) (*coordv1.LeaseList, int64, error) {
+	leases, err := b.client()
+	if err != nil {
+		return nil, 0, err
+	}
+	at := b.revs.mark()
+	list, err := leases.List(ctx, opts)
+	if err != nil {
+		return nil, 0, b.describe("list", err)
+	}
+	if err := b.revs.check(at, list.ResourceVersion); err != nil {
+		return nil, 0, err
+	}
+	from, err := parseRV(list.ResourceVersion)
+	if err != nil {
+		return nil, 0, err
+	}
+	return list, from, nil
+}
+
 // watchFrom watches the objects opts select from revision from on. The API server ends a
 // watch after a while; the channel is then closed, and the caller resumes from the last
 // revision it got. A revision it no longer keeps comes back as 410 Gone, in the returned
