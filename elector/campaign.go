@@ -65,31 +65,26 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 			return obs, false, nil
 		}
 	}
-	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
-	if e.shared.Load() != nil && e.c.batches.claims.batch != nil {
-		// A shard's claim goes in a batch with the claims of the set's other shards asked
-		// meanwhile (one request for hundreds at a start; ClaimBatcher), and takes no
-		// turn: the batches go one at a time. It counts as sent now, before it waits for its batch: a term
-		// it wins counts its heartbeat deadline from an earlier time, not a later one.
-		rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
-		defer cancel()
-		e.noteCampaign(rec)
-		obs, err := e.c.batches.claim(rctx, e.name, rec.encode(), l.id)
-		return obs, false, err
+	campaign := e.c.cfg.Backend.Campaign
+	var rctx context.Context
+	var cancel context.CancelFunc
+	if e.shared.Load() != nil && e.c.batches.batchesClaims() {
+		// A shard's claim goes in a batch with the claims its set asks meanwhile (one
+		// request for hundreds at a start) and takes no turn: the batches go one at a
+		// time. It counts as sent before it waits for its batch, so a term it wins starts
+		// its heartbeat deadline earlier, never later.
+		campaign = e.c.batches.claim
+		rctx, cancel = context.WithTimeout(ctx, e.c.requestTimeout)
+	} else {
+		rctx, cancel = e.request(ctx, e.c.requestTimeout) // after the yield, which may wait
 	}
-	rctx, cancel := e.request(ctx, e.c.requestTimeout) // after the yield, which may wait
 	defer cancel()
-	e.noteCampaign(rec)
-	obs, err := e.c.cfg.Backend.Campaign(rctx, e.name, rec.encode(), l.id)
-	return obs, false, err
-}
-
-// noteCampaign records the campaign about to be sent for rec, and when (see
-// Election.campaign).
-func (e *Election) noteCampaign(rec Record) {
+	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
 	e.mu.Lock()
 	e.campaign.rec, e.campaign.sent = rec, e.c.now()
 	e.mu.Unlock()
+	obs, err := campaign(rctx, e.name, rec.encode(), l.id)
+	return obs, false, err
 }
 
 // follow watches the key from after the observation seen and publishes what it sees. It returns nil when the

@@ -29,20 +29,20 @@ func StartShardCandidate(t T, cfg elector.Config, set string, count, moves int) 
 		names[s] = set + "." + strconv.Itoa(s)
 	}
 	slots := make(chan struct{}, moves)
-	return startCandidate(t, cfg, names, func(c *elector.Candidate, s int, e *elector.Election) {
-		if s == 0 {
-			// As the leader app does: a follower whose store does not group the set's
-			// heartbeats never sees a holder's beacons, and deletes its key after a ttl.
-			c.GroupHeartbeats(set)
+	return startCandidate(t, cfg, names, func(c *elector.Candidate, es []*elector.Election) {
+		// As the leader app does: a follower whose store does not group the set's
+		// heartbeats never sees a holder's beacons, and deletes its key after a ttl.
+		c.GroupHeartbeats(set)
+		for s, e := range es {
+			e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, s, priority) }, slots)
+			e.ShareRegistry(set)
 		}
-		e.SetPlacement(func(id string, priority int) float64 { return shards.Score(id, s, priority) }, slots)
-		e.ShareRegistry(set)
 	})
 }
 
-// startCandidate starts a candidate in elections, calling place (if not nil) on each
-// before it starts.
-func startCandidate(t T, cfg elector.Config, elections []string, place func(*elector.Candidate, int, *elector.Election)) (*elector.Candidate, []*elector.Election) {
+// startCandidate starts a candidate in elections, calling setUp (if not nil) with the
+// candidate and its elections, in order, before any of them starts.
+func startCandidate(t T, cfg elector.Config, elections []string, setUp func(*elector.Candidate, []*elector.Election)) (*elector.Candidate, []*elector.Election) {
 	t.Helper()
 	cand, err := elector.NewCandidate(cfg)
 	if err != nil {
@@ -51,9 +51,9 @@ func startCandidate(t T, cfg elector.Config, elections []string, place func(*ele
 	es := make([]*elector.Election, len(elections))
 	for i, name := range elections {
 		es[i] = cand.Election(name)
-		if place != nil {
-			place(cand, i, es[i])
-		}
+	}
+	if setUp != nil {
+		setUp(cand, es)
 	}
 	cand.Start()
 	for _, e := range es {

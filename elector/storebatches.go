@@ -66,6 +66,9 @@ func (s *storeBatches) release(ctx context.Context, election string, token int64
 	return err
 }
 
+// batchesClaims reports whether claims go in batches (the store is a ClaimBatcher).
+func (s *storeBatches) batchesClaims() bool { return s.claims.batch != nil }
+
 // claim is Backend.Campaign, batched with the claims asked for meanwhile.
 func (s *storeBatches) claim(ctx context.Context, election string, value []byte, lease LeaseID) (Observation, error) {
 	return s.claims.call(ctx, claimCall{claim: Claim{Election: election, Value: value}, lease: lease})
