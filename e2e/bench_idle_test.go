@@ -48,6 +48,7 @@ var (
 // idleLoad is what a fleet wrote to etcd per second.
 type idleLoad struct {
 	writes, keys, keepalives float64
+	costs                    []instanceCost
 }
 
 // requests is the store requests that change something: writes and lease renewals.
@@ -56,6 +57,7 @@ func (l idleLoad) requests() float64 { return l.writes + l.keepalives }
 // idleSQLLoad is what a fleet asked of PostgreSQL per second.
 type idleSQLLoad struct {
 	statements, transactions float64
+	costs                    []instanceCost
 }
 
 func TestBenchIdleStoreLoad(t *testing.T) {
@@ -74,16 +76,32 @@ func TestBenchIdleStoreLoad(t *testing.T) {
 			t.Logf("%s, %d instances, idle for %v: %.1f writes/s, %.1f keys written/s, %.1f lease keepalives/s, %.1f requests/s (writes and keepalives); %.2fx / %.2fx / %.2fx / %.2fx one election's",
 				name, *benchInstances, *benchIdleWindow, got.writes, got.keys, got.keepalives, got.requests(),
 				got.writes/one.writes, got.keys/one.keys, got.keepalives/one.keepalives, got.requests()/one.requests())
+			logInstanceCosts(t, name, got.costs, one.costs)
 		})
 	case "postgres":
 		eachIdleFleet(t, sizes, measureIdlePostgres, func(t *testing.T, name string, got, one idleSQLLoad) {
 			t.Logf("%s, %d instances, postgres, idle for %v: %.1f statements/s, %.1f transactions/s; %.2fx / %.2fx one election's",
 				name, *benchInstances, *benchIdleWindow, got.statements, got.transactions,
 				got.statements/one.statements, got.transactions/one.transactions)
+			logInstanceCosts(t, name, got.costs, one.costs)
 		})
 	default:
 		t.Fatalf("-bench.store %q: use etcd or postgres", *benchStore)
 	}
+}
+
+// logInstanceCosts logs what each instance of a fleet cost over the window, and per shard
+// what it costs beyond the fleet with one election (one).
+func logInstanceCosts(t *testing.T, name string, got, one []instanceCost) {
+	t.Logf("%s, %s", name, costLine(got))
+	shards, err := strconv.Atoi(strings.TrimSuffix(name, "_shards"))
+	if err != nil || len(one) == 0 {
+		return
+	}
+	g, _ := meanCost(got)
+	o, _ := meanCost(one)
+	t.Logf("%s, beyond one election, per shard and instance: %.3f goroutines, %.0f bytes of heap, %.4f %% of a core",
+		name, float64(g.goroutines-o.goroutines)/float64(shards), (float64(g.heapBytes)-float64(o.heapBytes))/float64(shards), (g.cpu-o.cpu)/float64(shards))
 }
 
 // eachIdleFleet measures a fleet of each size (0: one election) in a subtest, and reports
@@ -121,7 +139,7 @@ func measureIdlePostgres(t *testing.T, shards int) idleSQLLoad {
 	const transactions = `SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = current_database()`
 	server.Exec(t, "SELECT pg_stat_statements_reset()")
 	x0 := server.QueryInt(t, transactions)
-	time.Sleep(*benchIdleWindow)
+	costs := measureInstances(t, env.Fleet, func() { time.Sleep(*benchIdleWindow) })
 	statements, x1 := server.QueryInt(t, idleStatements), server.QueryInt(t, transactions)
 	for i, st := range server.Statements(t, "caddy_leader") {
 		if i < 8 {
@@ -129,7 +147,7 @@ func measureIdlePostgres(t *testing.T, shards int) idleSQLLoad {
 		}
 	}
 	secs := benchIdleWindow.Seconds()
-	return idleSQLLoad{statements: float64(statements) / secs, transactions: float64(x1-x0) / secs}
+	return idleSQLLoad{statements: float64(statements) / secs, transactions: float64(x1-x0) / secs, costs: costs}
 }
 
 // measureIdle starts a fleet with a shard set of shards (one election without), waits for
@@ -152,14 +170,16 @@ func measureIdle(t *testing.T, shards int) idleLoad {
 	k0 := keepalives()
 	timer := time.NewTimer(*benchIdleWindow)
 	defer timer.Stop()
-	for done := false; !done; {
-		select {
-		case resp := <-events:
-			keys += len(resp.Events)
-		case <-timer.C:
-			done = true
+	costs := measureInstances(t, env.Fleet, func() {
+		for done := false; !done; {
+			select {
+			case resp := <-events:
+				keys += len(resp.Events)
+			case <-timer.C:
+				done = true
+			}
 		}
-	}
+	})
 	last, err := cli.Get(ctx, "\x00", clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +189,7 @@ func measureIdle(t *testing.T, shards int) idleLoad {
 		writes:     float64(last.Header.Revision-first.Header.Revision) / secs,
 		keys:       float64(keys) / secs,
 		keepalives: (keepalives() - k0) / secs,
+		costs:      costs,
 	}
 }
 

@@ -58,8 +58,11 @@ type Election struct {
 		rec  Record
 		sent time.Time
 	}
-	// writeMu serialises this instance's heartbeats.
+	// writeMu serialises this instance's heartbeats, and guards encoded.
 	writeMu sync.Mutex
+	encoded recordCodec
+	// decoded is the last holder's record observe decoded; e.mu guards it.
+	decoded recordCodec
 	// releasing is the token of this instance's term whose release has begun: that term
 	// admits nothing any more (see Term.Releasing).
 	releasing int64
@@ -190,15 +193,18 @@ func (e *Election) Start() {
 				e.followIntents(ctx)
 			}()
 		}
-		e.c.loops.Add(2)
+		e.c.loops.Add(1)
 		go func() {
 			defer e.c.loops.Done()
 			e.run(ctx)
 		}()
-		go func() {
-			defer e.c.loops.Done()
-			e.preempt(ctx)
-		}()
+		if shared == nil { // else the set's loop asks (sharedpreempt.go)
+			e.c.loops.Add(1)
+			go func() {
+				defer e.c.loops.Done()
+				e.preempt(ctx)
+			}()
+		}
 	})
 }
 

@@ -19,7 +19,7 @@ func (e *Election) writeRecord(ctx context.Context, t *Term) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, e.c.requestTimeout)
 	defer cancel()
 	sent := e.c.now()
-	ok, err := e.c.cfg.Backend.Update(rctx, e.name, t.Token, rec.encode())
+	ok, err := e.c.cfg.Backend.Update(rctx, e.name, t.Token, e.encoded.encode(rec))
 	if ok {
 		t.beat.set(sent.Add(beatWindow(t.lease.granted)))
 	}

@@ -184,6 +184,9 @@ func (e *Election) noteIntent(value []byte) {
 	e.intentSeen = value
 	close(e.intentChanged)
 	e.intentChanged = make(chan struct{})
+	if m := e.shared.Load(); m != nil {
+		m.reg.kickPreempts(m.shard) // a request pending or done changes who may ask
+	}
 }
 
 // seenIntent is the intent the election's watch reported last; nil when there is none.

@@ -37,7 +37,7 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 		}
 		return
 	}
-	rec, err := decodeRecord(h.Value)
+	rec, err := e.decoded.decode(h.Value)
 	if err != nil {
 		e.c.log().Warn("election key holds a value this plugin did not write",
 			zap.String("election", e.name), zap.Error(err))
@@ -212,6 +212,9 @@ func (e *Election) publishLocked(leader Record, token int64, held *lease, reason
 	}
 	close(e.changed)
 	e.changed = make(chan struct{})
+	if m := e.shared.Load(); m != nil {
+		m.reg.kickPreempts(m.shard) // the set's preempt loop looks at the new term
+	}
 	if o := e.c.observe(); o != nil {
 		o.TermChanged(e, old, t)
 	}

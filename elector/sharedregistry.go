@@ -76,6 +76,10 @@ type sharedRegistry struct {
 
 	fresh freshRead[[]sharedEntry]
 
+	// runs is, by shard, how each member campaigns; preempts is what the set's preempt
+	// loop has yet to look at (sharedpreempt.go).
+	runs     map[string]*memberRun
+	preempts *preemptQueue
 	// intents is, by shard, what the set's watch of intents gave each member (when the
 	// store has one: sharedintents.go), and current the intents it last reported.
 	intents map[string]*memberIntents
@@ -105,7 +109,7 @@ func (e *Election) ShareRegistry(group string) {
 	c.mu.Lock()
 	r := c.sharedRegistries[group]
 	if r == nil {
-		r = &sharedRegistry{c: c, group: group, members: map[string]*Election{}, flushed: make(chan struct{}), liveNow: make(chan struct{}),
+		r = &sharedRegistry{c: c, group: group, members: map[string]*Election{}, flushed: make(chan struct{}), liveNow: make(chan struct{}), preempts: newPreemptQueue(),
 			turns: make(chan struct{}, setRequests), recordTurns: make(chan struct{}, setRecords)}
 		r.fresh.read = r.readStore
 		if c.sharedRegistries == nil {
@@ -115,6 +119,13 @@ func (e *Election) ShareRegistry(group string) {
 	}
 	c.mu.Unlock()
 	e.shared.Store(&sharedMember{reg: r, shard: shard})
+}
+
+// memberRun is how a member campaigns: under ctx (its campaign loop's), and whether its
+// preempt is on its way.
+type memberRun struct {
+	ctx        context.Context
+	preempting bool
 }
 
 // sharedMember is an election's place in a shared registry.
@@ -129,6 +140,11 @@ func (r *sharedRegistry) join(ctx context.Context, e *Election, shard string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.members[shard] = e
+	if r.runs == nil {
+		r.runs = map[string]*memberRun{}
+	}
+	r.runs[shard] = &memberRun{ctx: ctx}
+	r.kickPreempts(shard)
 	if r.view != nil {
 		r.setView(e, shard, r.view)
 	}
@@ -151,10 +167,14 @@ func (r *sharedRegistry) join(ctx context.Context, e *Election, shard string) {
 	if r.joined.IsZero() {
 		r.joined = time.Now()
 	}
-	r.c.loops.Add(2)
+	r.c.loops.Add(3)
 	go func() {
 		defer r.c.loops.Done()
 		r.follow(ctx)
+	}()
+	go func() {
+		defer r.c.loops.Done()
+		r.followPreempts(ctx)
 	}()
 	go func() {
 		defer r.c.loops.Done()
@@ -177,6 +197,7 @@ func (r *sharedRegistry) leave(e *Election, shard string) {
 		return
 	}
 	delete(r.members, shard)
+	delete(r.runs, shard)
 	delete(r.intents, shard)
 	if len(r.members) == 0 && r.cancel != nil {
 		r.cancel()
@@ -209,6 +230,7 @@ func (r *sharedRegistry) follow(ctx context.Context) {
 				for shard, e := range r.members {
 					r.setView(e, shard, entries)
 				}
+				r.kickPreempts("")
 			}
 		},
 		func() {

@@ -84,77 +84,80 @@ type groupStream struct {
 	beats   map[elector.LeaseID][]*beacon.Batch[int64] // heartbeats waiting for their beacon
 }
 
-// groupSub is one Watch of an election of the group.
+// groupSub is one Watch of an election of the group. The stream hands it what it shows
+// straight into out, under g.mu: a set's thousands of watches need no goroutine each, and
+// each change wakes only the campaign loop that reads it.
 type groupSub struct {
 	election string
 	after    int64           // changes up to after are reported already, or not wanted
 	holder   *elector.Holder // the key's holder as of max(after, the stream's pos)
-	queue    []elector.Observation
-	failed   error
-	wake     chan struct{}
+	out      chan elector.Observation
+	closed   bool // out is closed; g.mu guards it
 }
 
-func (s *groupSub) push(o elector.Observation) {
-	s.queue = append(s.queue, o)
-	select {
-	case s.wake <- struct{}{}:
-	default:
+// subBuffer is how many observations a watch holds for its reader. A reader that falls
+// further behind on a change of its key has its watch closed, and reads the key again.
+const subBuffer = 8
+
+// push hands o to the reader (g.mu is held). A beacon that finds the buffer full is
+// dropped: an observation of the same holder is still queued before it (the holder's own
+// put, or an earlier beacon; a change of the key is never dropped), and the reader takes
+// that one later than this beacon arrived, so it counts the holder heard from no earlier
+// than this beacon would have; an Expire made on the older revision is refused by the
+// guard (the beacon is newer). A change of the key that finds it full closes the watch.
+func (s *groupSub) push(o elector.Observation, beacon bool) {
+	if s.closed {
+		return
 	}
+	select {
+	case s.out <- o:
+	default:
+		if !beacon {
+			s.close(nil)
+		}
+	}
+}
+
+// close ends the watch, with err first if there is room for it (g.mu is held).
+func (s *groupSub) close(err error) {
+	if s.closed {
+		return
+	}
+	if err != nil {
+		select {
+		case s.out <- elector.Observation{Err: err}:
+		default: // the reader finds the watch closed instead, and reads the key again
+		}
+	}
+	s.closed = true
+	close(s.out)
 }
 
 // watchGrouped implements Watch for an election of group g. The holder of the key at
 // afterRev is seen's, when the caller gives the observation it made there (known), or
-// else read.
+// else read. The watch ends when ctx does.
 func (g *group) watchGrouped(ctx context.Context, election string, afterRev int64, seen *elector.Observation) <-chan elector.Observation {
-	out := make(chan elector.Observation, 1)
+	sub := &groupSub{election: election, after: afterRev, out: make(chan elector.Observation, subBuffer)}
+	subscribe := func(h *elector.Holder) {
+		sub.holder = h
+		g.join(sub)
+		context.AfterFunc(ctx, func() { g.leave(sub) })
+	}
+	if seen != nil {
+		subscribe(seen.Holder)
+		return sub.out
+	}
 	go func() {
-		defer close(out)
-		fail := func(err error) {
-			select {
-			case out <- elector.Observation{Err: err}:
-			case <-ctx.Done():
-			}
-		}
-		var h *elector.Holder
-		if seen != nil {
-			h = seen.Holder
-		} else {
-			var err error
-			if h, err = g.holderAt(ctx, election, afterRev); err != nil {
-				fail(err)
-				return
-			}
-		}
-		sub := &groupSub{election: election, after: afterRev, holder: h, wake: make(chan struct{}, 1)}
-		if err := g.join(sub); err != nil {
-			fail(err)
+		h, err := g.holderAt(ctx, election, afterRev)
+		if err != nil {
+			g.mu.Lock()
+			sub.close(err)
+			g.mu.Unlock()
 			return
 		}
-		defer g.leave(sub)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-sub.wake:
-			}
-			g.mu.Lock()
-			queue, failed := sub.queue, sub.failed
-			sub.queue = nil
-			g.mu.Unlock()
-			for _, o := range queue {
-				select {
-				case out <- o:
-				case <-ctx.Done():
-					return
-				}
-			}
-			if failed != nil {
-				fail(failed)
-				return
-			}
-		}
+		subscribe(h)
 	}()
-	return out
+	return sub.out
 }
 
 // holderAt reads who held election's key at revision rev.
@@ -177,7 +180,7 @@ func (g *group) holderAt(ctx context.Context, election string, rev int64) (*elec
 
 // join adds sub to the stream, starting one from sub.after if none runs, and queues what
 // the stream showed after sub.after.
-func (g *group) join(sub *groupSub) error {
+func (g *group) join(sub *groupSub) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := g.st
@@ -197,13 +200,13 @@ func (g *group) join(sub *groupSub) error {
 	}
 	st.subs[sub.election][sub] = struct{}{}
 	st.index(sub, nil, sub.holder)
-	return nil
 }
 
-// leave removes sub; the stream stops with its last subscriber.
+// leave removes sub and closes it; the stream stops with its last subscriber.
 func (g *group) leave(sub *groupSub) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	sub.close(nil)
 	st := g.st
 	if st == nil || st.subs[sub.election] == nil {
 		return
@@ -250,9 +253,9 @@ func (g *group) applyLocked(st *groupStream, sub *groupSub, ev groupEvent) {
 	case ev.election == sub.election:
 		st.index(sub, sub.holder, ev.holder)
 		sub.holder = ev.holder
-		sub.push(elector.Observation{Revision: ev.rev, Holder: ev.holder})
+		sub.push(elector.Observation{Revision: ev.rev, Holder: ev.holder}, false)
 	case ev.election == "" && sub.holder != nil && sub.holder.Lease == ev.lease:
-		sub.push(elector.Observation{Revision: ev.rev, Holder: sub.holder})
+		sub.push(elector.Observation{Revision: ev.rev, Holder: sub.holder}, true)
 	default:
 		return
 	}
@@ -315,11 +318,7 @@ func (g *group) stopLocked(st *groupStream, err error) {
 	st.cancel()
 	for _, subs := range st.subs {
 		for sub := range subs {
-			sub.failed = err
-			select {
-			case sub.wake <- struct{}{}:
-			default:
-			}
+			sub.close(err)
 		}
 	}
 	for _, batches := range st.beats {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/caddyleader/caddy-leader/elector"
 )
@@ -25,6 +26,7 @@ func RunGrouped(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"heartbeats_of_many_keys_share_a_write_and_each_is_reported", grouping(heartbeatsShareAWrite)},
 		{"expire_waits_for_the_holders_beacon", grouping(expireWaitsForTheBeacon)},
 		{"heartbeat_of_a_deleted_key_fails_and_the_others_go_on", grouping(heartbeatOfADeletedKey)},
+		{"a_watch_read_late_reports_the_vacancy_or_ends", grouping(lateReaderSeesTheVacancy)},
 	})
 }
 
@@ -179,6 +181,44 @@ func heartbeatOfADeletedKey(t *testing.T, h *harness) {
 	}
 	if o, err := b.Observe(h.ctx(), kept.election); err != nil || o.Holder == nil || o.Holder.Token != kept.won.Holder.Token {
 		t.Fatalf("%s after the other's delete: %+v, %v; want still held", kept.election, o.Holder, err)
+	}
+}
+
+// lateReaderSeesTheVacancy: a follower's watch that nobody reads while the holder beats
+// many times and then lets go may drop heartbeats (a later one stands for them), but when
+// it is read it reports the vacancy after them, or ends, which makes its reader read the
+// key again: never the holder as the last word.
+func lateReaderSeesTheVacancy(t *testing.T, h *harness) {
+	a, la, _ := h.client()
+	b, _, _ := h.client()
+	k := h.holdMany(a, la, b, 1)[0]
+	const beats = 24 // more than a store would buffer for one key
+	for i := range beats {
+		if !h.beatAll(a, []held{k})[0] {
+			t.Fatalf("heartbeat %d = false; want true", i)
+		}
+	}
+	if err := a.Revoke(h.ctx(), la); err != nil {
+		t.Fatal(err)
+	}
+	reported := 0
+	for {
+		select {
+		case o, ok := <-k.follower:
+			switch {
+			case !ok || o.Err != nil:
+				t.Logf("the watch ended after %d reports (%v)", reported, o.Err)
+				return
+			case o.Holder == nil:
+				t.Logf("the vacancy came after %d reports", reported)
+				return
+			case o.Holder.Token != k.won.Holder.Token:
+				t.Fatalf("the watch reported token %d; want %d or the vacancy", o.Holder.Token, k.won.Holder.Token)
+			}
+			reported++
+		case <-time.After(reportWithin):
+			t.Fatalf("after %d reports the watch neither reported the vacancy nor ended within %s", reported, reportWithin)
+		}
 	}
 }
 

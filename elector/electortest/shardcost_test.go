@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,6 +62,7 @@ type shardCost struct {
 	placeCalls   float64 // store calls until then, per instance and shard
 	placeSeconds float64
 	idleCalls    float64 // store calls of the fleet per second and shard, once placed
+	idleCPU      float64 // percent of one core per instance, once placed (the store's own included)
 	moved        float64 // shards the leaving instance held
 	movedLed     float64 // of which led by another instance when the move ended
 	moveCalls    float64 // store calls of the fleet per shard moved
@@ -75,6 +77,7 @@ func (c *shardCost) add(o shardCost) {
 	c.placeCalls += o.placeCalls
 	c.placeSeconds += o.placeSeconds
 	c.idleCalls += o.idleCalls
+	c.idleCPU += o.idleCPU
 	c.moved += o.moved
 	c.movedLed += o.movedLed
 	c.moveCalls += o.moveCalls
@@ -93,6 +96,7 @@ func (c *shardCost) report(b *testing.B, n int) {
 		{c.placeCalls, "start-calls/inst/shard"},
 		{c.placeSeconds, "place-s"},
 		{c.idleCalls, "idle-calls/s/shard"},
+		{c.idleCPU, "idle-cpu%/inst"},
 		{c.moved, "moved"},
 		{c.movedLed, "moved-led"},
 		{c.moveCalls, "move-calls/shard"},
@@ -147,11 +151,13 @@ func measureShardSet(b *testing.B, n, count int) shardCost {
 	c.goroutines = float64(grown) / shardsRun
 	logGoroutines(b, baseGoroutines, after, shardsRun)
 
-	before := store.Calls()
+	before, cpuBefore := store.Calls(), processCPU()
 	idleStart := time.Now()
 	time.Sleep(costIdle) // a window of idleness, measured, not a condition awaited
 	idle := diffCalls(store.Calls(), before)
-	c.idleCalls = float64(totalCalls(idle)) / time.Since(idleStart).Seconds() / float64(count)
+	window := time.Since(idleStart)
+	c.idleCalls = float64(totalCalls(idle)) / window.Seconds() / float64(count)
+	c.idleCPU = 100 * float64(processCPU()-cpuBefore) / float64(window) / float64(n)
 	b.Logf("%d shards: idle calls by method over %s: %v", count, costIdle, idle)
 
 	c.moved, c.movedLed, c.moveCalls, c.moveMillis = f.leave(b, store, 0)
@@ -303,6 +309,15 @@ func diffCalls(after, before map[string]int64) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var u syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
+		return 0
+	}
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
 // memory is what the process holds after a collection: its live heap and its goroutines'
