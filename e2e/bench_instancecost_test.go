@@ -18,7 +18,7 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/testkit/fleet"
 )
 
-var benchProfile = flag.String("bench.profile", "", "write a CPU profile of the first instance over each window of instance costs to this directory (one file per test)")
+var benchProfile = flag.String("bench.profile", "", "write a CPU profile of the first instance over each window of instance costs, and a heap profile at its end, to this directory (files named after the test)")
 
 // instanceCost is what an idle instance costs its machine over a window: CPU (percent of
 // one core), and at the window's end its goroutines (as Caddy's admin /debug/pprof/ counts
@@ -89,6 +89,7 @@ func measureInstances(t *testing.T, instances []*fleet.Instance, window func()) 
 	profiled := profileFirst(t, instances[0])
 	window()
 	<-profiled
+	heapProfileFirst(t, instances[0])
 	elapsed := time.Since(start).Seconds()
 	costs := make([]instanceCost, len(instances))
 	for i, in := range instances {
@@ -127,6 +128,21 @@ func profileFirst(t *testing.T, in *fleet.Instance) <-chan struct{} {
 		}
 	}()
 	return done
+}
+
+// heapProfileFirst writes a heap profile of in into -bench.profile, if given.
+func heapProfileFirst(t *testing.T, in *fleet.Instance) {
+	if *benchProfile == "" {
+		return
+	}
+	path := filepath.Join(*benchProfile, strings.ReplaceAll(t.Name(), "/", "_")+".heap")
+	resp, err := in.Admin(http.MethodGet, "/debug/pprof/heap", nil)
+	if err == nil {
+		err = os.WriteFile(path, []byte(resp.Body), 0o644)
+	}
+	if err != nil {
+		t.Errorf("heap profile of %s: %v", in.ID, err)
+	}
 }
 
 // meanCost is the instances' mean cost, with the highest CPU among them.
