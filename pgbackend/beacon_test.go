@@ -3,6 +3,7 @@ package pgbackend
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -362,5 +363,74 @@ func TestVacancyKeepsTheBeatOfAHeldHeartbeat(t *testing.T) {
 	if r.obs.Holder != nil || r.rowRev < beat {
 		t.Fatalf("after a heartbeat answered held at beat %d and the key's delete: holder %+v, last write at %d; want a vacancy written at %d or later",
 			beat, r.obs.Holder, r.rowRev, beat)
+	}
+}
+
+// TestGroupedWatchesNeedNoGoroutineEach: the watches of a group's keys, intents and
+// candidates take their rows from the group's one read each, handed over by the feed's
+// goroutine, so that a set of thousands of shards watches its rows with a fixed number of
+// goroutines; and they still report, and end with their context.
+func TestGroupedWatchesNeedNoGoroutineEach(t *testing.T) {
+	server := pgtest.Start(t)
+	b := groupedBackend(t, Config{DSN: server.DSN()}, "g")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, won := winAll(t, ctx, b, "g.0")
+	watches, stop := context.WithCancel(ctx)
+	// One watch of each kind starts the group's feeds, each with its goroutine.
+	_ = b.Watch(watches, "g.0", won["g.0"].Revision)
+	_ = b.WatchIntent(watches, "g.0")
+	_ = b.WatchCandidates(watches, "g.0")
+	if _, err := b.Campaign(ctx, "g.1", []byte("record of g.1"), lease); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 300
+	before := runtime.NumGoroutine()
+	keys := make([]<-chan elector.Observation, n)
+	intents := make([]<-chan elector.IntentChange, n)
+	candidates := make([]<-chan elector.CandidatesChange, n)
+	for i := range n {
+		election := fmt.Sprintf("g.%d", i+1)
+		keys[i] = b.Watch(watches, election, 0)
+		intents[i] = b.WatchIntent(watches, election)
+		candidates[i] = b.WatchCandidates(watches, election)
+	}
+	if grown := runtime.NumGoroutine() - before; grown > n/10 {
+		t.Fatalf("%d watches of each kind of the group's rows started %d goroutines; want them to share the feeds'", n, grown)
+	}
+	select {
+	case o, ok := <-keys[0]:
+		if !ok || o.Err != nil || o.Holder == nil || o.Holder.Lease != lease {
+			t.Fatalf("watch of g.1 reported %+v (open %v); want its holder", o, ok)
+		}
+	case <-ctx.Done():
+		t.Fatal("watch of g.1 reported nothing")
+	}
+	stop()
+	for i := range n {
+		for _, ended := range []func() bool{
+			func() bool { return drained(ctx, keys[i]) },
+			func() bool { return drained(ctx, intents[i]) },
+			func() bool { return drained(ctx, candidates[i]) },
+		} {
+			if !ended() {
+				t.Fatalf("a watch of g.%d did not end with its context", i+1)
+			}
+		}
+	}
+}
+
+// drained reads ch until it is closed, and reports whether that happened before ctx ended.
+func drained[T any](ctx context.Context, ch <-chan T) bool {
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return true
+			}
+		case <-ctx.Done():
+			return false
+		}
 	}
 }

@@ -50,69 +50,71 @@ type feedRead[T any] struct {
 	err  error
 }
 
-// feedSub is one watch of the feed: it takes the reads started after it joined.
+// feedSub is one watch of the feed: it takes the reads started after it joined. The feed's
+// own goroutine hands it each read (look), so that a set of thousands of shards watches
+// its rows without a goroutine per shard; look must not block (see offer).
 type feedSub[T any] struct {
-	after uint64
-	wake  chan struct{}
-	got   *feedRead[T] // the latest read not taken yet
+	after  uint64
+	look   func(rows T) bool
+	broken func(error)
+	done   func()
+	ended  bool
 }
 
-// follow runs a watch on the feed in a goroutine of the backend: look sees each read's
-// rows, the latest when it falls behind, until it returns false, a read fails (broken
-// is told), or ctx or the backend ends; then done is called.
-func (f *feed[T]) follow(ctx context.Context, broken func(error), look func(ctx context.Context, rows T) bool, done func()) {
-	f.b.wg.Add(1)
-	go func() {
-		defer f.b.wg.Done()
-		defer done()
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stop := context.AfterFunc(f.b.ctx, cancel)
-		defer stop()
-		if err := f.b.ready(ctx); err != nil {
-			broken(err)
-			return
-		}
-		sub := f.join()
-		defer f.leave(sub)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-sub.wake:
-			}
-			f.mu.Lock()
-			r := sub.got
-			sub.got = nil
-			f.mu.Unlock()
-			switch {
-			case r == nil:
-			case r.err != nil:
-				if ctx.Err() == nil {
-					broken(r.err)
-				}
-				return
-			case !look(ctx, r.rows):
-				return
-			}
-		}
-	}()
+// follow runs a watch on the feed: look sees each read's rows, without blocking, until it
+// returns false, a read fails (broken is told, without blocking), or ctx or the backend
+// ends; then done is called. All three are called with f.mu held, one read at a time.
+func (f *feed[T]) follow(ctx context.Context, broken func(error), look func(rows T) bool, done func()) {
+	sub := f.join(look, broken, done)
+	if sub == nil {
+		return
+	}
+	context.AfterFunc(ctx, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.endLocked(sub)
+	})
+}
+
+// offer puts v in out if there is room, for a watch's look: a reader that has let out
+// fill up has its watch ended (look returns false), and reads again.
+func offer[T any](out chan<- T, v T) bool {
+	select {
+	case out <- v:
+		return true
+	default:
+		return false
+	}
+}
+
+// endLocked ends sub's watch (f.mu is held).
+func (f *feed[T]) endLocked(sub *feedSub[T]) {
+	if sub.ended {
+		return
+	}
+	sub.ended = true
+	delete(f.subs, sub)
+	sub.done()
 }
 
 // join adds a watch, starting the feed's reads if they are not running, and asks for a
-// read.
-func (f *feed[T]) join() *feedSub[T] {
+// read. It returns nil, having ended the watch, once the backend has ended.
+func (f *feed[T]) join(look func(rows T) bool, broken func(error), done func()) *feedSub[T] {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.subs == nil {
 		f.subs = map[*feedSub[T]]struct{}{}
 		f.kick = make(chan struct{}, 1)
 	}
-	sub := &feedSub[T]{after: f.reads, wake: make(chan struct{}, 1)}
+	sub := &feedSub[T]{after: f.reads, look: look, broken: broken, done: done}
+	if f.b.ctx.Err() != nil {
+		f.endLocked(sub)
+		return nil
+	}
 	f.subs[sub] = struct{}{}
 	if !f.running {
 		f.running = true
-		f.b.wg.Add(1) // a watch's goroutine, counted, is running: Close has not begun waiting
+		f.b.wg.Add(1) // the feed's goroutine, counted, is running: Close has not begun waiting
 		go f.run()
 	}
 	select {
@@ -120,12 +122,6 @@ func (f *feed[T]) join() *feedSub[T] {
 	default:
 	}
 	return sub
-}
-
-func (f *feed[T]) leave(sub *feedSub[T]) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.subs, sub)
 }
 
 // run reads the group's rows and hands each read to the watches, until none is left or
@@ -139,6 +135,9 @@ func (f *feed[T]) run() {
 		f.mu.Lock()
 		if len(f.subs) == 0 || f.b.ctx.Err() != nil {
 			f.running = false
+			for sub := range f.subs {
+				f.endLocked(sub) // the backend ended
+			}
 			f.mu.Unlock()
 			return
 		}
@@ -153,12 +152,13 @@ func (f *feed[T]) run() {
 		r.rows, expiry, r.err = f.read(f.b.ctx)
 		f.mu.Lock()
 		for sub := range f.subs {
-			if r.n > sub.after {
-				sub.got = r
-				select {
-				case sub.wake <- struct{}{}:
-				default:
-				}
+			switch {
+			case r.n <= sub.after:
+			case r.err != nil:
+				sub.broken(r.err)
+				f.endLocked(sub)
+			case !sub.look(r.rows):
+				f.endLocked(sub)
 			}
 		}
 		f.mu.Unlock()

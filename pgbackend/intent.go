@@ -86,26 +86,32 @@ ORDER BY c.id`, b.names.candidates, b.names.leases), election)
 // a read right at its expiry would find it renewed nearly always, and read again a poll
 // interval later for nothing.
 func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan elector.CandidatesChange {
+	g := b.groupOf(election)
 	out := make(chan elector.CandidatesChange, 1)
+	put := func(c elector.CandidatesChange) bool { return send(ctx, out, c) }
+	if g != nil {
+		out = make(chan elector.CandidatesChange, groupWatchBuffer)
+		put = func(c elector.CandidatesChange) bool { return offer(out, c) }
+	}
 	var last []elector.CandidateEntry // nil until the first report
 	// see reports list if it differs from the last one reported.
-	see := func(ctx context.Context, list []elector.CandidateEntry) bool {
+	see := func(list []elector.CandidateEntry) bool {
 		if last == nil || !slices.EqualFunc(list, last, sameEntry) {
-			if !send(ctx, out, elector.CandidatesChange{Candidates: list}) {
+			if !put(elector.CandidatesChange{Candidates: list}) {
 				return false
 			}
 			last = list
 		}
 		return true
 	}
-	broken := func(err error) { send(ctx, out, elector.CandidatesChange{Err: err}) }
-	if g := b.groupOf(election); g != nil {
-		g.candidates.follow(ctx, broken, func(ctx context.Context, lists map[string][]elector.CandidateEntry) bool {
+	broken := func(err error) { put(elector.CandidatesChange{Err: err}) }
+	if g != nil {
+		g.candidates.follow(ctx, broken, func(lists map[string][]elector.CandidateEntry) bool {
 			list := lists[election]
 			if list == nil {
 				list = []elector.CandidateEntry{}
 			}
-			return see(ctx, list)
+			return see(list)
 		}, func() { close(out) })
 		return out
 	}
@@ -125,7 +131,7 @@ func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan e
 				}
 				return 0, false
 			}
-			if !see(ctx, list) {
+			if !see(list) {
 				return 0, false
 			}
 			next := b.candidatesPace(soonest)
@@ -203,21 +209,27 @@ func (b *Backend) ClearIntent(ctx context.Context, election string, value []byte
 // WatchIntent implements elector.Backend, as Watch does: read again on a notification, at
 // the intent's expiry and every poll interval, and report what differs.
 func (b *Backend) WatchIntent(ctx context.Context, election string) <-chan elector.IntentChange {
+	g := b.groupOf(election)
 	out := make(chan elector.IntentChange, 1)
+	put := func(c elector.IntentChange) bool { return send(ctx, out, c) }
+	if g != nil {
+		out = make(chan elector.IntentChange, groupWatchBuffer)
+		put = func(c elector.IntentChange) bool { return offer(out, c) }
+	}
 	seen := int64(-1) // the rev of the intent last reported; 0 for none
-	see := func(ctx context.Context, in intentRow) bool {
+	see := func(in intentRow) bool {
 		if in.rev != seen {
-			if !send(ctx, out, elector.IntentChange{Value: in.value}) {
+			if !put(elector.IntentChange{Value: in.value}) {
 				return false
 			}
 			seen = in.rev
 		}
 		return true
 	}
-	broken := func(err error) { send(ctx, out, elector.IntentChange{Err: err}) }
-	if g := b.groupOf(election); g != nil {
-		g.intents.follow(ctx, broken, func(ctx context.Context, rows map[string]intentRow) bool {
-			return see(ctx, rows[election])
+	broken := func(err error) { put(elector.IntentChange{Err: err}) }
+	if g != nil {
+		g.intents.follow(ctx, broken, func(rows map[string]intentRow) bool {
+			return see(rows[election])
 		}, func() { close(out) })
 		return out
 	}
@@ -237,7 +249,7 @@ FROM %s WHERE election = $1 AND expires_at > clock_timestamp()`, b.names.intents
 				}
 				return 0, false
 			}
-			return time.Duration(max(0, remaining) * float64(time.Second)), see(ctx, in)
+			return time.Duration(max(0, remaining) * float64(time.Second)), see(in)
 		}, func() { close(out) })
 	return out
 }

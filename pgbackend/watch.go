@@ -71,15 +71,18 @@ func (b *Backend) baseline(election string, afterRev int64) (reported, bool) {
 // written at or before afterRev counts as already seen in that state, and anything else is
 // reported. The watches of a group's elections share one read of the group (groupwatch.go).
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
-	out := make(chan elector.Observation, 1)
-	see := b.keyWatch(election, afterRev, out)
-	broken := func(err error) { send(ctx, out, elector.Observation{Err: err}) }
 	if g := b.groupOf(election); g != nil {
-		g.keys.follow(ctx, broken, func(ctx context.Context, keys groupKeys) bool {
-			return see(ctx, keys.reading(election))
+		out := make(chan elector.Observation, groupWatchBuffer)
+		put := func(o elector.Observation) bool { return offer(out, o) }
+		see := b.keyWatch(election, afterRev, put)
+		g.keys.follow(ctx, func(err error) { put(elector.Observation{Err: err}) }, func(keys groupKeys) bool {
+			return see(keys.reading(election))
 		}, func() { close(out) })
 		return out
 	}
+	out := make(chan elector.Observation, 1)
+	see := b.keyWatch(election, afterRev, func(o elector.Observation) bool { return send(ctx, out, o) })
+	broken := func(err error) { send(ctx, out, elector.Observation{Err: err}) }
 	b.follow(ctx, topic{election, keyTopic}, broken,
 		func(ctx context.Context, _ wakeup) (time.Duration, bool) {
 			r, err := b.read(ctx, election, 0)
@@ -89,16 +92,21 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 				}
 				return 0, false
 			}
-			return r.remaining, see(ctx, r)
+			return r.remaining, see(r)
 		}, func() { close(out) })
 	return out
 }
 
+// groupWatchBuffer is how many reports a watch of a group's rows holds for its reader: the
+// feed hands them over without waiting, and ends the watch of a reader that falls further
+// behind (it then reads again).
+const groupWatchBuffer = 8
+
 // keyWatch returns what a watch of election from afterRev does with each read of the key:
-// report on out what is new (see news), and say whether to go on.
-func (b *Backend) keyWatch(election string, afterRev int64, out chan<- elector.Observation) func(context.Context, reading) bool {
+// report with put what is new (see news), and say whether to go on (put's answer).
+func (b *Backend) keyWatch(election string, afterRev int64, put func(elector.Observation) bool) func(reading) bool {
 	base, known := b.baseline(election, afterRev)
-	return func(ctx context.Context, r reading) bool {
+	return func(r reading) bool {
 		switch {
 		case known:
 		case r.obs.Holder != nil && r.rowRev <= afterRev:
@@ -109,7 +117,7 @@ func (b *Backend) keyWatch(election string, afterRev int64, out chan<- elector.O
 			base, known = reported{elector.Observation{Revision: afterRev, Holder: r.last}, r.rowRev}, true
 		}
 		for _, s := range news(base, known, r) {
-			if !send(ctx, out, s.obs) {
+			if !put(s.obs) {
 				return false
 			}
 			b.remember(election, s)
