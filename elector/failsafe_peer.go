@@ -319,6 +319,7 @@ func (e *Election) proveNoFailsafe(p *proof) {
 // member answered.
 func (e *Election) fenceRoster(r *fsRoster, token int64) (time.Time, bool) {
 	type answer struct {
+		id  string
 		at  time.Time
 		rep fsReply
 		err error
@@ -334,14 +335,20 @@ func (e *Election) fenceRoster(r *fsRoster, token int64) (time.Time, bool) {
 			rep, err := e.c.ask(e.c.ctx, m.URL, []byte(r.MarkKey), fsMessage{
 				Kind: fsFence, Election: e.name, Token: r.Token, From: e.c.cfg.ID, To: m.ID, NewToken: token,
 			})
-			answers <- answer{e.c.now(), rep, err}
+			answers <- answer{m.ID, e.c.now(), rep, err}
 		}()
 	}
 	var best time.Time
 	found := false
+	var refused []string
 	for range n {
 		a := <-answers
-		if a.err != nil || !a.rep.Accepted {
+		switch {
+		case a.err != nil:
+			refused = append(refused, a.id+": "+a.err.Error())
+			continue
+		case !a.rep.Accepted:
+			refused = append(refused, a.id+": "+a.rep.Reason)
 			continue
 		}
 		// The member's confirmation ends, by its clock, Remaining after it answered,
@@ -353,7 +360,8 @@ func (e *Election) fenceRoster(r *fsRoster, token int64) (time.Time, bool) {
 	}
 	if !found {
 		e.c.log().Warn("failsafe: no member of the previous term's roster answered; the new term waits",
-			zap.String("election", e.name), zap.Int64("token", token), zap.Int64("roster_token", r.Token))
+			zap.String("election", e.name), zap.Int64("token", token), zap.Int64("roster_token", r.Token),
+			zap.Int("asked", n), zap.Strings("refused", refused))
 	}
 	return best, found
 }

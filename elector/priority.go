@@ -167,7 +167,7 @@ func (e *Election) preempt(ctx context.Context) {
 	ttl := e.c.cfg.TTL
 	for {
 		changed, registry, intents := e.Changed(), e.registry.changes(), e.intentChanges()
-		if e.preempts() && !e.otherIntentPending() && e.outranksLeader(ctx) {
+		if e.wantsToPreempt(ctx) {
 			asked, ok := e.askToLead(ctx)
 			if !ok {
 				return
