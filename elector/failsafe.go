@@ -290,6 +290,10 @@ type fsRoster struct {
 	MarkKey    string        `json:"mark_key"`
 	TTL        time.Duration `json:"ttl"`
 	Members    []fsMember    `json:"members"`
+	// NeedsPeer is set by leaders that ride a failsafe only with another member's
+	// confirmation: a roster that lists its leader alone then never carried one. It is
+	// unset in rosters of earlier versions, whose leader rode alone.
+	NeedsPeer bool `json:"needs_peer,omitempty"`
 }
 
 // fsMember is one candidate of a roster.
@@ -323,9 +327,10 @@ func (r *fsRoster) lists(id, boot string) bool {
 
 // couldRide reports whether the leader of r could ride out a failsafe with it: only if it
 // has members to ask, and every one but the leader has a failsafe endpoint (a member
-// without one refuses every round).
+// without one refuses every round). A leader of this version also needs one member other
+// than itself (hasPeer); one of an earlier version rode alone.
 func (r *fsRoster) couldRide() bool {
-	if len(r.Members) == 0 {
+	if len(r.Members) == 0 || r.NeedsPeer && !r.hasPeer() {
 		return false
 	}
 	for _, m := range r.Members {
@@ -334,6 +339,19 @@ func (r *fsRoster) couldRide() bool {
 		}
 	}
 	return true
+}
+
+// hasPeer reports whether r lists a member other than its leader's id. A leader alone in
+// its roster does not ride a failsafe: nobody could fence its term, and a successor under
+// its own id (its next process, which asks nobody under that id) would wait for a fence
+// that never comes.
+func (r *fsRoster) hasPeer() bool {
+	for _, m := range r.Members {
+		if m.ID != r.Leader {
+			return true
+		}
+	}
+	return false
 }
 
 // later returns the later of a and b.

@@ -115,7 +115,7 @@ func (e *Election) keepRoster(t *Term) {
 	if err != nil {
 		return
 	}
-	r := fsRoster{Token: t.Token, Leader: e.c.cfg.ID, LeaderBoot: e.c.boot, MarkKey: t.Leader.MarkKey, TTL: t.lease.granted}
+	r := fsRoster{Token: t.Token, Leader: e.c.cfg.ID, LeaderBoot: e.c.boot, MarkKey: t.Leader.MarkKey, TTL: t.lease.granted, NeedsPeer: true}
 	for _, c := range list {
 		r.Members = append(r.Members, fsMember{ID: c.ID, Boot: c.Boot, URL: c.Failsafe})
 	}
@@ -185,6 +185,19 @@ func (e *Election) startFailsafe(t *Term, cause string) bool {
 		}
 		e.fs.mu.Unlock()
 		return false
+	}
+	for _, r := range e.fs.rosters {
+		// Any of them may be the newest in the store: a winner that reads one listing
+		// this leader alone fences nobody (couldRide), so the term must not ride.
+		if !r.hasPeer() {
+			if !e.fs.noRoster {
+				e.fs.noRoster = true
+				e.c.log().Warn("store unreachable, but no failsafe: the roster lists no other instance to confirm this term",
+					zap.String("election", e.name), zap.Int64("token", t.Token), zap.String("cause", cause))
+			}
+			e.fs.mu.Unlock()
+			return false
+		}
 	}
 	e.fs.active, e.fs.cause, e.fs.since = true, cause, time.Now()
 	peers := e.askSetLocked()

@@ -417,3 +417,32 @@ func TestFailsafeRosterConfirmedOnlyOnceStored(t *testing.T) {
 		})
 	}
 }
+
+// A leader alone in its roster rides out no outage: nobody could fence its term, and the
+// next process under its id (which asks nobody under its own id) would wait for a fence
+// forever. A leader that rides alone keeps admitting with the store gone, and fails the
+// first half.
+func TestFailsafeLoneLeaderDoesNotRide(t *testing.T) {
+	t.Parallel()
+	mesh, f, s, leader, token := failsafeReady(t, 1)
+	cutFromStore(f)
+	f.Await("the lone leader to stop admitting without the store", 3*ttl, func() bool { return !leader.Leading() })
+	if st := leader.Election.Failsafe(); st.Active || st.Rounds > 0 {
+		t.Fatalf("the lone leader rode a failsafe: %+v", st)
+	}
+	// Its next process (same id, same failsafe URL) takes over once the lease is gone.
+	next, _ := startNewcomer(t, s, mesh, leader.ID, func(c *elector.Config, mesh *electortest.Mesh) {
+		c.Failsafe = &elector.FailsafeConfig{URL: electortest.MeshURL(c.ID), Transport: mesh.From(c.ID)}
+	})
+	nexts := func() []*elector.Election { return []*elector.Election{next} }
+	if both := overlapWhile(ttl, leader, nexts); both > 0 {
+		t.Fatalf("%d samples with the lone leader and its next process admitting at once", both)
+	}
+	f.Await("the next process leading", 3*within, func() bool { _, ok := next.Check(); return ok })
+	if got := next.Term().Token; got <= token {
+		t.Fatalf("the next process leads with token %d, not above %d", got, token)
+	}
+	if leader.Leading() {
+		t.Fatal("the lone leader admits beside its next process")
+	}
+}
