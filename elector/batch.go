@@ -1,6 +1,9 @@
 package elector
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // Batcher is what a store adds to Backend to serve many elections in one request: a shard
 // set's thousands of shards are each an election, and one request per shard for every claim,
@@ -110,3 +113,45 @@ func (o oneByOne) ExpireAll(ctx context.Context, terms []HeldTerm) ([]bool, erro
 
 // Interface guard.
 var _ Batcher = oneByOne{}
+
+// HeartbeatBatcher is implemented by a store that carries the heartbeats of many
+// elections in one request: a shard set's held keys, all rewritten at every renewal. The
+// elections of a set whose store has it are kept alive by one loop per set and lease
+// (sharedbeat.go), not a loop per held shard.
+type HeartbeatBatcher interface {
+	// UpdateAll is Update for each of updates; the results come in their order. A
+	// failure of one update fails that one alone.
+	UpdateAll(ctx context.Context, updates []KeyUpdate) []UpdateResult
+}
+
+// KeyUpdate is one Update of a batch: the term token's key of election gets value.
+type KeyUpdate struct {
+	Election string
+	Token    int64
+	Value    []byte
+}
+
+// UpdateResult is what Update returned for one KeyUpdate.
+type UpdateResult struct {
+	Updated bool
+	Err     error
+}
+
+// UpdateEach makes each of updates with update (a Backend's Update, say), one request
+// each, at most parallel at once: a HeartbeatBatcher's way with the updates it cannot
+// batch, and the conformance suite's with a store that has none.
+func UpdateEach(ctx context.Context, updates []KeyUpdate, parallel int, update func(ctx context.Context, election string, token int64, value []byte) (bool, error)) []UpdateResult {
+	out := make([]UpdateResult, len(updates))
+	turns := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	for i, u := range updates {
+		turns <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-turns; wg.Done() }()
+			out[i].Updated, out[i].Err = update(ctx, u.Election, u.Token, u.Value)
+		}()
+	}
+	wg.Wait()
+	return out
+}

@@ -43,7 +43,8 @@ func (e *Election) keepBeating(t *Term) {
 			// moves later (with every heartbeat), so it is looked at again when the
 			// timer fires. A failsafe's part of it may be cut short by a refusal, and
 			// a test's clock may jump: their deadlines are polled. A shard set's held
-			// shards each have this loop, and a poll every 100 ms cost a fleet 10
+			// shards have this loop each where the store cannot batch heartbeats (else
+			// their set's loop: sharedbeat.go), and a poll every 100 ms cost a fleet 10
 			// wake-ups a second per held shard for nothing.
 			wait := max(t.beatHorizon(now), time.Millisecond)
 			if !e.c.realClock || e.c.cfg.Failsafe != nil {

@@ -113,7 +113,9 @@ func (e *Election) observe(o Observation, l *lease, watched bool) {
 	}
 	e.publishLocked(rec, h.Token, mine, reason)
 	if newTerm {
-		go e.keepBeating(e.term.Load())
+		if t := e.term.Load(); !e.beatWithSet(t) {
+			go e.keepBeating(t)
+		}
 		if e.c.cfg.Failsafe != nil {
 			go e.keepFailsafe(e.term.Load())
 		} else if e.c.cfg.Fence != nil {

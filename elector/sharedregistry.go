@@ -91,6 +91,10 @@ type sharedRegistry struct {
 	liveNow       chan struct{} // closed at the watch's first report
 	ids           []string      // the instances the watch last reported
 
+	// beats keeps the set's held terms alive when the store batches heartbeats
+	// (sharedbeat.go).
+	beats setBeats
+
 	fleetTTL    atomic.Int64
 	ttlMismatch sync.Map
 	leaderless  atomic.Bool

@@ -434,15 +434,23 @@ func (st *groupStream) dropResolved(lease elector.LeaseID) {
 
 // beat answers a heartbeat of election's term token, held under lease, with a beacon.
 func (g *group) beat(ctx context.Context, election string, token int64, lease elector.LeaseID) (beacon.Answer, error) {
-	g.mu.Lock()
-	if g.st == nil || len(g.st.subs[election]) == 0 {
-		g.mu.Unlock()
+	batch := g.addBeat(election, token, lease)
+	if batch == nil {
 		return beacon.Unknown, nil // nothing here watches the key: write it
 	}
-	st := g.st
-	batch := g.beats.Add(lease, election, token, func() int { return st.heldBy(lease) })
-	g.mu.Unlock()
 	return batch.Wait(ctx, election)
+}
+
+// addBeat adds a heartbeat of election's term token, held under lease, to the lease's next
+// beacon and returns its batch; nil when nothing here watches the key (it must be written).
+func (g *group) addBeat(election string, token int64, lease elector.LeaseID) *beacon.Batch[int64] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.st == nil || len(g.st.subs[election]) == 0 {
+		return nil
+	}
+	st := g.st
+	return g.beats.Add(lease, election, token, func() int { return st.heldBy(lease) })
 }
 
 // sendBeacon puts batch's beacon; the stream answers its heartbeats when it shows the
@@ -512,4 +520,7 @@ func (g *group) expireGuard(ctx context.Context, cli *clientv3.Client, election 
 	return clientv3.Compare(clientv3.ModRevision(g.beaconKey(elector.LeaseID(resp.Kvs[0].Lease))), "<", rev+1), true, nil
 }
 
-var _ elector.HeartbeatGrouper = (*Backend)(nil)
+var (
+	_ elector.HeartbeatGrouper = (*Backend)(nil)
+	_ elector.HeartbeatBatcher = (*Backend)(nil)
+)

@@ -590,6 +590,12 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 			}
 		}
 	}
+	return b.rewrite(ctx, election, token, value)
+}
+
+// rewrite puts value in election's key if the key is still term token's, keeping its
+// lease.
+func (b *Backend) rewrite(ctx context.Context, election string, token int64, value []byte) (bool, error) {
 	cli, err := b.client(ctx)
 	if err != nil {
 		return false, err
@@ -605,6 +611,23 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	}
 	return resp.Succeeded, nil
 }
+
+// UpdateAll implements elector.HeartbeatBatcher: the heartbeats of a group's keys join
+// their lease's next beacon together, so one write answers them all (beacon.go); an
+// update the beacon cannot answer is Update's transaction, rewriteParallel at once.
+func (b *Backend) UpdateAll(ctx context.Context, updates []elector.KeyUpdate) []elector.UpdateResult {
+	return beacon.UpdateAll(ctx, updates, func(u elector.KeyUpdate) *beacon.Batch[int64] {
+		if g := b.groupOf(u.Election); g != nil {
+			if lease, ok := b.written.Heartbeat(u.Election, u.Token, u.Value); ok {
+				return g.addBeat(u.Election, u.Token, lease)
+			}
+		}
+		return nil
+	}, b.rewrite, rewriteParallel)
+}
+
+// rewriteParallel is how many of UpdateAll's own writes are on their way at once.
+const rewriteParallel = 32
 
 // Release implements elector.Backend: delete the key only if it is still the same term's,
 // and acknowledge the term's end in the same transaction.

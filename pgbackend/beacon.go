@@ -120,10 +120,15 @@ const beaconTimeout = 5 * time.Second
 // beat answers a heartbeat of election's term token, held under lease with a value of
 // digest, with a beacon.
 func (g *group) beat(ctx context.Context, election string, token int64, lease elector.LeaseID, digest [sha256.Size]byte) (beacon.Answer, error) {
+	return g.addBeat(election, token, lease, digest).Wait(ctx, election)
+}
+
+// addBeat adds a heartbeat of election's term token, held under lease, to the lease's next
+// beacon and returns its batch.
+func (g *group) addBeat(election string, token int64, lease elector.LeaseID, digest [sha256.Size]byte) *beacon.Batch[beatKey] {
 	g.mu.Lock()
-	batch := g.beats.Add(lease, election, beatKey{token: token, digest: digest}, func() int { return len(g.held[lease]) })
-	g.mu.Unlock()
-	return batch.Wait(ctx, election)
+	defer g.mu.Unlock()
+	return g.beats.Add(lease, election, beatKey{token: token, digest: digest}, func() int { return len(g.held[lease]) })
 }
 
 // sendBeacon writes batch's beacon and answers its heartbeats.
@@ -268,4 +273,7 @@ DELETE FROM %[1]s WHERE name = $1 AND token = $2 AND rev <= $3
 	AND NOT EXISTS (SELECT 1 FROM holder WHERE beat > $3)`, n.elections, n.leases, g.b.beatOf("l"))
 }
 
-var _ elector.HeartbeatGrouper = (*Backend)(nil)
+var (
+	_ elector.HeartbeatGrouper = (*Backend)(nil)
+	_ elector.HeartbeatBatcher = (*Backend)(nil)
+)

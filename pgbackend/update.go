@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/caddyleader/caddy-leader/elector"
+	"github.com/caddyleader/caddy-leader/internal/beacon"
 )
 
 // The elector's heartbeat rewrites the election key with the same record, and the record
@@ -58,7 +59,6 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if err := b.ready(ctx); err != nil {
 		return false, err
 	}
-	const live = `name = $1 AND token = $2 AND lease IN (SELECT id FROM %[2]s WHERE expires_at > clock_timestamp())`
 	if digest, lease, same := b.wroteLast(election, token, value); same {
 		if g := b.groupOf(election); g != nil && lease != 0 {
 			answer, err := g.beat(ctx, election, token, lease, digest)
@@ -66,6 +66,39 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 				return updated && err == nil, err
 			}
 		}
+	}
+	return b.rewrite(ctx, election, token, value)
+}
+
+// UpdateAll implements elector.HeartbeatBatcher: the heartbeats of a group's keys join
+// their lease's next beacon together, so one transaction answers them all (beacon.go); an
+// update the beacon cannot answer is Update's statement, rewriteParallel at once.
+func (b *Backend) UpdateAll(ctx context.Context, updates []elector.KeyUpdate) []elector.UpdateResult {
+	if err := b.ready(ctx); err != nil {
+		out := make([]elector.UpdateResult, len(updates))
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	return beacon.UpdateAll(ctx, updates, func(u elector.KeyUpdate) *beacon.Batch[beatKey] {
+		if digest, lease, same := b.wroteLast(u.Election, u.Token, u.Value); same {
+			if g := b.groupOf(u.Election); g != nil && lease != 0 {
+				return g.addBeat(u.Election, u.Token, lease, digest)
+			}
+		}
+		return nil
+	}, b.rewrite, rewriteParallel)
+}
+
+// rewriteParallel is how many of UpdateAll's own statements are on their way at once.
+const rewriteParallel = 8
+
+// rewrite is Update without a beacon: the key's row, if it is still term token's and its
+// lease alive.
+func (b *Backend) rewrite(ctx context.Context, election string, token int64, value []byte) (bool, error) {
+	const live = `name = $1 AND token = $2 AND lease IN (SELECT id FROM %[2]s WHERE expires_at > clock_timestamp())`
+	if digest, _, same := b.wroteLast(election, token, value); same {
 		tag, err := b.pool.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s SET rev = %[3]s() WHERE `+live+` AND sha256(value) = $3`,
 			b.names.elections, b.names.leases, b.names.next), election, token, digest[:])
 		if err != nil || tag.RowsAffected() == 1 {

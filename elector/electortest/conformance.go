@@ -98,6 +98,8 @@ type harness struct {
 	Harness
 	t        *testing.T
 	election string
+	// batchedBeats makes beatAll send its heartbeats in one UpdateAll.
+	batchedBeats bool
 }
 
 func (h *harness) ctx() context.Context {

@@ -21,6 +21,7 @@ func RunBatch(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"batch_release_by_a_deposed_holder_spares_the_successor", batchStaleRelease},
 		{"batch_expire_only_keys_unwritten_since", batchExpireUnwritten},
 		{"batch_campaign_needs_a_live_lease", batchNeedsLease},
+		{"batch_update_answers_each_key", batchUpdateEach},
 	})
 }
 
@@ -319,6 +320,68 @@ func batchNeedsLease(t *testing.T, h *harness) {
 	for _, name := range names {
 		if now := h.holderOf(a, name); now != nil {
 			t.Errorf("%s: held after a batch under a revoked lease: %+v", name, now)
+		}
+	}
+}
+
+// updateAll is b's UpdateAll (elector.HeartbeatBatcher), or Update for each where b has
+// none.
+func (h *harness) updateAll(b elector.Backend, updates []elector.KeyUpdate) []elector.UpdateResult {
+	h.t.Helper()
+	var out []elector.UpdateResult
+	if hb, ok := b.(elector.HeartbeatBatcher); ok {
+		out = hb.UpdateAll(h.ctx(), updates)
+	} else {
+		out = elector.UpdateEach(h.ctx(), updates, 8, b.Update)
+	}
+	if len(out) != len(updates) {
+		h.t.Fatalf("UpdateAll of %d updates returned %d results", len(updates), len(out))
+	}
+	return out
+}
+
+// batchUpdateEach: one batch of updates (heartbeats, with the value the keys hold, and new
+// values) rewrites every key still its term's and reports each that is not, a key taken
+// by another term or deleted, without writing it.
+func batchUpdateEach(t *testing.T, h *harness) {
+	a, la, ttl := h.client()
+	h.keepAlive(a, la, ttl)
+	b, lb, _ := h.client()
+	n := batchSize
+	if _, batches := a.(elector.Batcher); !batches {
+		n = 20 // as in batchLarge: a rate-limited client would spend seconds on hundreds
+	}
+	names := h.elections(n)
+	terms := h.winAll(a, la, "a", names)
+	// names[0] goes to b; names[1] is released and stays vacant.
+	if err := elector.Batched(a).ReleaseAll(h.ctx(), terms[:2], la, "moved"); err != nil {
+		t.Fatalf("ReleaseAll: %v", err)
+	}
+	taken := h.winAll(b, lb, "b", names[:1])
+	updates := make([]elector.KeyUpdate, len(names))
+	for i, name := range names {
+		value := "a holds " + name // a heartbeat: the value the key holds
+		if i%2 == 1 {
+			value = "a rewrote " + name
+		}
+		updates[i] = elector.KeyUpdate{Election: name, Token: terms[i].Token, Value: []byte(value)}
+	}
+	for i, r := range h.updateAll(a, updates) {
+		want := i >= 2
+		if r.Err != nil || r.Updated != want {
+			t.Errorf("%s: UpdateAll = %v, %v; want %v", names[i], r.Updated, r.Err, want)
+		}
+	}
+	if now := h.holderOf(b, names[0]); now == nil || now.Token != taken[0].Token || string(now.Value) != "b holds "+names[0] {
+		t.Errorf("%s: the update of a taken key wrote it: %+v", names[0], now)
+	}
+	if now := h.holderOf(b, names[1]); now != nil {
+		t.Errorf("%s: the update of a released key wrote it: %+v", names[1], now)
+	}
+	for _, i := range []int{2, 3, n - 1} {
+		now := h.holderOf(b, names[i])
+		if now == nil || now.Token != terms[i].Token || string(now.Value) != string(updates[i].Value) {
+			t.Errorf("%s: holder %+v after UpdateAll; want term %d with %q", names[i], now, terms[i].Token, updates[i].Value)
 		}
 	}
 }

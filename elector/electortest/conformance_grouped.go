@@ -22,8 +22,20 @@ func RunGrouped(t *testing.T, newHarness func(t *testing.T) Harness) {
 			check(t, h)
 		}
 	}
+	// The same heartbeats, sent in one UpdateAll where the store has it.
+	batched := func(check func(t *testing.T, h *harness)) func(t *testing.T, h *harness) {
+		return grouping(func(t *testing.T, h *harness) {
+			if _, ok := h.NewClient(t).(elector.HeartbeatBatcher); !ok {
+				t.Skip("the store does not batch heartbeats")
+			}
+			h.batchedBeats = true
+			check(t, h)
+		})
+	}
 	runSuite(t, newHarness, []suiteCase{
 		{"heartbeats_of_many_keys_share_a_write_and_each_is_reported", grouping(heartbeatsShareAWrite)},
+		{"batched_heartbeats_share_a_write_and_each_is_reported", batched(heartbeatsShareAWrite)},
+		{"batched_heartbeat_of_a_deleted_key_fails_and_the_others_go_on", batched(heartbeatOfADeletedKey)},
 		{"expire_waits_for_the_holders_beacon", grouping(expireWaitsForTheBeacon)},
 		{"heartbeat_of_a_deleted_key_fails_and_the_others_go_on", grouping(heartbeatOfADeletedKey)},
 		{"a_watch_read_late_reports_the_vacancy_or_ends", grouping(lateReaderSeesTheVacancy)},
@@ -76,9 +88,22 @@ func (h *harness) watchOf(b elector.Backend, election string, seen elector.Obser
 }
 
 // beatAll sends a heartbeat (an Update with the value the key holds) of every key at once
-// and returns what each Update answered.
+// (in one UpdateAll when h.batchedBeats) and returns what each answered.
 func (h *harness) beatAll(a elector.Backend, keys []held) []bool {
 	oks := make([]bool, len(keys))
+	if h.batchedBeats {
+		updates := make([]elector.KeyUpdate, len(keys))
+		for i, k := range keys {
+			updates[i] = elector.KeyUpdate{Election: k.election, Token: k.won.Holder.Token, Value: k.value}
+		}
+		for i, r := range h.updateAll(a, updates) {
+			if r.Err != nil {
+				h.t.Errorf("heartbeat of %s: %v", keys[i].election, r.Err)
+			}
+			oks[i] = r.Updated
+		}
+		return oks
+	}
 	var wg sync.WaitGroup
 	for i, k := range keys {
 		wg.Add(1)

@@ -54,9 +54,23 @@ func (c BatchingClient) ExpireAll(ctx context.Context, terms []elector.HeldTerm)
 	return out, nil
 }
 
-// Interface guard.
+// UpdateAll implements elector.HeartbeatBatcher: one call, each update applied as Update
+// applies it (its failures, set with Fail("Update"), included).
+func (c BatchingClient) UpdateAll(ctx context.Context, updates []elector.KeyUpdate) []elector.UpdateResult {
+	c.count("UpdateAll")
+	out := make([]elector.UpdateResult, len(updates))
+	for i, u := range updates {
+		out[i].Updated, out[i].Err = c.update(ctx, u.Election, u.Token, u.Value)
+	}
+	return out
+}
+
 // BatchesClaims implements elector.ClaimBatcher: a batch is applied under the store's lock
 // at once, as an etcd transaction is.
 func (c BatchingClient) BatchesClaims() {}
 
-var _ elector.ClaimBatcher = BatchingClient{}
+// Interface guards.
+var (
+	_ elector.ClaimBatcher     = BatchingClient{}
+	_ elector.HeartbeatBatcher = BatchingClient{}
+)

@@ -2,6 +2,7 @@ package electortest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,8 @@ type placedFleet struct {
 	older map[string]bool
 	// batching gives the instances a client that batches (elector.Batcher).
 	batching bool
+	// backends is each instance's store client, by id.
+	backends map[string]elector.Backend
 	// overlaps counts samples in which two candidates admitted in one shard at once.
 	overlaps atomic.Int64
 	mu       sync.Mutex
@@ -49,9 +52,16 @@ func (f *placedFleet) join(id string, moves int) {
 		f.logs[id] = logs
 		f.mu.Unlock()
 	}
+	backend := f.client()
+	f.mu.Lock()
+	if f.backends == nil {
+		f.backends = map[string]elector.Backend{}
+	}
+	f.backends[id] = backend
+	f.mu.Unlock()
 	c, err := elector.NewCandidate(elector.Config{
 		ID: id, URL: "http://" + id + ".test:8080", TTL: time.Second, DrainTimeout: time.Second,
-		Backend: f.client(), Logger: logger,
+		Backend: backend, Logger: logger,
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -410,6 +420,47 @@ func TestShardSetClaimsInBatches(t *testing.T) {
 	if batches == 0 || claims+batches > int64(f.shards)/4 {
 		t.Errorf("%d shards claimed in %d requests (%d alone, %d batches); want them batched", f.shards, claims+batches, claims, batches)
 	}
+}
+
+// A set's held shards send their heartbeats in one request per renewal where the store
+// batches them (elector.HeartbeatBatcher), not a request, a loop and a timer per shard; a
+// shard still stops admitting when its own heartbeat deadline passes.
+func TestShardSetBeatsInOneRequestPerRenewal(t *testing.T) {
+	f, store := batchingPair(t)
+	defer f.checkOverlaps(t)()
+	f.settledOn([]string{"node-a", "node-b"}, 20*time.Second)
+	before := store.Calls()
+	f.settle(t, "three batched heartbeats of each instance", func() bool {
+		return store.Calls()["UpdateAll"]-before["UpdateAll"] >= 6
+	})
+	after := store.Calls()
+	single, batches := after["Update"]-before["Update"], after["UpdateAll"]-before["UpdateAll"]
+	t.Logf("%d shards held: %d heartbeats alone and %d batches", f.shards, single, batches)
+	if single > 0 {
+		t.Errorf("%d heartbeats sent alone beside %d batches; want every held shard's in its set's batch", single, batches)
+	}
+}
+
+// When the store refuses an instance's heartbeats while its lease renewals go on (a full
+// disk, a permission taken away), each shard it holds stops admitting at its own heartbeat
+// deadline and moves to the other instance, with one owner at a time, though its set's
+// loop, not the shard's, sends them.
+func TestShardSetWhoseHeartbeatsFailLetsGo(t *testing.T) {
+	f, _ := batchingPair(t)
+	defer f.checkOverlaps(t)()
+	f.settledOn([]string{"node-a", "node-b"}, 20*time.Second)
+	f.mu.Lock()
+	a := f.backends["node-a"].(BatchingClient)
+	f.mu.Unlock()
+	a.Fail("Update", -1, errors.New("etcdserver: mvcc: database space exceeded"))
+	f.settle(t, "node-b owning every shard", func() bool {
+		for _, h := range f.holders() {
+			if len(h) != 1 || h[0] != "node-b" {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // checkOverlaps samples the fleet for two instances admitting in one shard until the

@@ -174,3 +174,42 @@ func (bt *Batcher[K]) run(lease elector.LeaseID, q *queue[K]) {
 		bt.Send(batch)
 	}
 }
+
+// UpdateAll is elector.HeartbeatBatcher's UpdateAll for a store whose grouped heartbeats
+// go in beacons. join adds an update's heartbeat to its lease's next beacon and returns the
+// batch (nil when no beacon can carry it: not a heartbeat, or nothing here watches the
+// key); every heartbeat is added before any is waited for, so that one write carries all
+// of a lease's. An update no beacon decided is rewrite's (Update's write of the key), at
+// most parallel at once.
+func UpdateAll[K any](ctx context.Context, updates []elector.KeyUpdate, join func(elector.KeyUpdate) *Batch[K],
+	rewrite func(ctx context.Context, election string, token int64, value []byte) (bool, error), parallel int) []elector.UpdateResult {
+	out := make([]elector.UpdateResult, len(updates))
+	batches := make([]*Batch[K], len(updates))
+	for i, u := range updates {
+		batches[i] = join(u)
+	}
+	var rest []int
+	for i, batch := range batches {
+		if batch == nil {
+			rest = append(rest, i)
+			continue
+		}
+		answer, err := batch.Wait(ctx, updates[i].Election)
+		if updated, decided := answer.Decided(); decided || err != nil {
+			out[i] = elector.UpdateResult{Updated: updated && err == nil, Err: err}
+			continue
+		}
+		rest = append(rest, i)
+	}
+	if len(rest) == 0 {
+		return out
+	}
+	alone := make([]elector.KeyUpdate, len(rest))
+	for j, i := range rest {
+		alone[j] = updates[i]
+	}
+	for j, r := range elector.UpdateEach(ctx, alone, parallel, rewrite) {
+		out[rest[j]] = r
+	}
+	return out
+}

@@ -316,4 +316,7 @@ func (g *group) newBeacon(lease elector.LeaseID) *coordv1.Lease {
 	}
 }
 
-var _ elector.HeartbeatGrouper = (*Backend)(nil)
+var (
+	_ elector.HeartbeatGrouper = (*Backend)(nil)
+	_ elector.HeartbeatBatcher = (*Backend)(nil)
+)

@@ -13,16 +13,42 @@ import (
 
 // beat answers a heartbeat of election's term token, held under lease, with a beacon.
 func (g *group) beat(ctx context.Context, election string, token int64, lease elector.LeaseID) (beacon.Answer, error) {
-	g.mu.Lock()
-	if g.st == nil || len(g.st.subs[election]) == 0 {
-		g.mu.Unlock()
+	batch := g.addBeat(election, token, lease)
+	if batch == nil {
 		return beacon.Unknown, nil // nothing here watches the key: write it
 	}
-	st := g.st
-	batch := g.beats.Add(lease, election, token, func() int { return st.heldBy(lease) })
-	g.mu.Unlock()
 	return batch.Wait(ctx, election)
 }
+
+// addBeat adds a heartbeat of election's term token, held under lease, to the lease's next
+// beacon and returns its batch; nil when nothing here watches the key (it must be written).
+func (g *group) addBeat(election string, token int64, lease elector.LeaseID) *beacon.Batch[int64] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.st == nil || len(g.st.subs[election]) == 0 {
+		return nil
+	}
+	st := g.st
+	return g.beats.Add(lease, election, token, func() int { return st.heldBy(lease) })
+}
+
+// UpdateAll implements elector.HeartbeatBatcher: the heartbeats of a group's keys join
+// their lease's next beacon together, so one write answers them all; an update the beacon
+// cannot answer is Update's write of the key's object, rewriteParallel at once.
+func (b *Backend) UpdateAll(ctx context.Context, updates []elector.KeyUpdate) []elector.UpdateResult {
+	return beacon.UpdateAll(ctx, updates, func(u elector.KeyUpdate) *beacon.Batch[int64] {
+		if g := b.groupOf(u.Election); g != nil {
+			if lease, ok := b.written.Heartbeat(u.Election, u.Token, u.Value); ok {
+				return g.addBeat(u.Election, u.Token, lease)
+			}
+		}
+		return nil
+	}, b.rewrite, rewriteParallel)
+}
+
+// rewriteParallel is how many of UpdateAll's own writes are on their way at once: they
+// share the client's rate limit with everything else.
+const rewriteParallel = 4
 
 // sendBeacon writes batch's beacon; the stream answers its heartbeats when it shows the
 // beacon (groupStream.judge).

@@ -233,6 +233,12 @@ func (b *Backend) Update(ctx context.Context, election string, token int64, valu
 	if ok, handled, err := b.beatGrouped(ctx, election, token, value); handled {
 		return ok, err
 	}
+	return b.rewrite(ctx, election, token, value)
+}
+
+// rewrite is Update without a beacon: a write of the key's object, if it still holds term
+// token.
+func (b *Backend) rewrite(ctx context.Context, election string, token int64, value []byte) (bool, error) {
 	if b.groupOf(election) != nil {
 		// A heartbeat of a set's shard that writes its key (the beacon could not answer
 		// it: its watch is not up yet, say) keeps the term alive as a beacon does: it
