@@ -75,9 +75,15 @@ type Backend struct {
 	// reads of hundreds of elections being placed: a renewal that waits out the lease's
 	// TTL there loses every term, and the fleet starts over.
 	lifeline coordclient.LeaseInterface
-	ns       string
-	closed   bool
-	reaper   *reaper
+	// beats is a client with a rate limit of its own for the heartbeats that write an
+	// election's key (a plain election's, at every renewal): they keep its term alive, and
+	// must not wait behind a shard set's campaigns either, nor crowd the lifeline's
+	// renewals (an instance lost its lease every few seconds to a plain election's
+	// heartbeat queued behind a set of 256 shards being placed).
+	beats  coordclient.LeaseInterface
+	ns     string
+	closed bool
+	reaper *reaper
 
 	// own holds the object of each lease granted here (elector.LeaseID -> *ownLease), so
 	// that Renew needs one request.
@@ -166,7 +172,11 @@ func (b *Backend) client() (coordclient.LeaseInterface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	b.lifeline = life.Leases(ns)
+	beats, err := coordclient.NewForConfig(rc) // and one more
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	b.lifeline, b.beats = life.Leases(ns), beats.Leases(ns)
 	b.leases, b.ns = cs.Leases(ns), ns
 	return b.leases, nil
 }
@@ -268,14 +278,27 @@ type lifelineKey struct{}
 
 // onLifeline returns ctx marked for the lifeline client.
 func onLifeline(ctx context.Context) context.Context {
-	return context.WithValue(ctx, lifelineKey{}, true)
+	return context.WithValue(ctx, lifelineKey{}, "lifeline")
+}
+
+// onBeats returns ctx marked for the heartbeats' client (see Backend.beats).
+func onBeats(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lifelineKey{}, "beats")
 }
 
 // clientFor returns the client for a request under ctx: the lifeline client if ctx is
-// marked for it (onLifeline), the general one otherwise.
+// marked for it (onLifeline), the heartbeats' (onBeats), the general one otherwise.
 func (b *Backend) clientFor(ctx context.Context) (coordclient.LeaseInterface, error) {
-	if on, _ := ctx.Value(lifelineKey{}).(bool); on {
+	switch ctx.Value(lifelineKey{}) {
+	case "lifeline":
 		return b.lifelineClient()
+	case "beats":
+		if _, err := b.client(); err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.beats, nil
 	}
 	return b.client()
 }
@@ -307,6 +330,7 @@ func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration,
 			got, err := leases.Get(ctx, b.leaseName(id), metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				b.own.Delete(id)
+				b.leaseGone(id)
 				return 0, elector.ErrLeaseNotFound
 			}
 			if err != nil {
@@ -322,6 +346,7 @@ func (b *Backend) Renew(ctx context.Context, id elector.LeaseID) (time.Duration,
 		switch {
 		case apierrors.IsNotFound(err):
 			b.own.Delete(id)
+			b.leaseGone(id)
 			return 0, elector.ErrLeaseNotFound
 		case apierrors.IsConflict(err):
 			ol.obj = nil // reaped (then Get says so) or edited by an operator: read again
@@ -360,6 +385,7 @@ func (b *Backend) Revoke(ctx context.Context, id elector.LeaseID) error {
 		return b.describe("delete", err)
 	}
 	b.own.Delete(id)
+	b.leaseGone(id)
 	return b.unbind(ctx, id)
 }
 
@@ -404,10 +430,21 @@ func (b *Backend) deleteAt(ctx context.Context, obj *coordv1.Lease) error {
 }
 
 // alive reports whether lease id's object exists. A lease whose holder stopped renewing
-// exists until an observer has waited out its duration and deleted it.
+// exists until an observer has waited out its duration and deleted it. A lease the
+// reaper's watch shows is alive without a request: its delete may not have reached the
+// watch yet, which is the answer a get sent a moment earlier would give (every caller
+// takes that race already). One it does not show is asked for, since it may be newer
+// than the watch. A shard set's campaigns read the few leases of a fleet thousands of
+// times, and these gets were most of what kept a large set from being placed.
 func (b *Backend) alive(ctx context.Context, id elector.LeaseID) (bool, error) {
 	if id == 0 {
 		return false, nil
+	}
+	b.mu.Lock()
+	r := b.reaper
+	b.mu.Unlock()
+	if r != nil && r.shows(b.leaseName(id)) {
+		return true, nil
 	}
 	leases, err := b.clientFor(ctx)
 	if err != nil {
@@ -421,6 +458,17 @@ func (b *Backend) alive(ctx context.Context, id elector.LeaseID) (bool, error) {
 		return false, b.describe("get", err)
 	}
 	return true, nil
+}
+
+// leaseGone tells the reaper that lease id is gone (this backend revoked it, or the API
+// server said so), ahead of its watch: alive must not take it for alive from then on.
+func (b *Backend) leaseGone(id elector.LeaseID) {
+	b.mu.Lock()
+	r := b.reaper
+	b.mu.Unlock()
+	if r != nil {
+		r.forget(b.leaseName(id))
+	}
 }
 
 // getNamed reads the object called name with a consistent list, whose resourceVersion is

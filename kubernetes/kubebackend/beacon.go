@@ -98,6 +98,9 @@ type group struct {
 	// beacons holds the beacon object of each lease as this backend last wrote it, so
 	// that a beacon takes one request.
 	beacons map[elector.LeaseID]*coordv1.Lease
+	// seen is each election's object as this backend's last read or campaign of it found
+	// it (objectAt).
+	seen map[string]seenObject
 }
 
 func (g *group) beaconName(lease elector.LeaseID) string {

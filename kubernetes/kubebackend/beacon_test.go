@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -186,5 +187,51 @@ func TestHoldBeaconGivesUpUnderContention(t *testing.T) {
 	}
 	if n := contended.conflicts.Load(); n != holdTries {
 		t.Fatalf("holdBeacon wrote the beacon %d times; want %d", n, holdTries)
+	}
+}
+
+// TestPlainHeartbeatDoesNotQueueBehindASet: while a shard set's campaigns fill the general
+// client's rate limit (hundreds of reads queued: seconds of them), a plain election's
+// heartbeat, which writes its key, still gets through within a third of a ttl, on a client
+// of its own. Queued behind the reads, it failed at once (the rate limiter would have
+// passed its deadline), its term ended and the instance gave up its lease, and with it
+// every shard it held.
+func TestPlainHeartbeatDoesNotQueueBehindASet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kube-apiserver")
+	}
+	srv := kubetest.Start(t, kubetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := New(Config{Kubeconfig: srv.Kubeconfig(t, "admin", "default", ""), Prefix: "queued-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	b.GroupHeartbeats("set")
+	lease, _, err := b.Grant(ctx, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := []byte("plain")
+	won, err := b.Campaign(ctx, "plain", value, lease)
+	if err != nil || won.Holder == nil {
+		t.Fatalf("Campaign = %+v, %v; want a win", won.Holder, err)
+	}
+	readers, rctx := 400, ctx // 400 reads at 50 a second: 6 s of them queued
+	var started sync.WaitGroup
+	for i := range readers {
+		started.Add(1)
+		go func() {
+			started.Done()
+			_, _ = b.Observe(rctx, "set."+strconv.Itoa(i))
+		}()
+	}
+	started.Wait()
+	time.Sleep(100 * time.Millisecond) // let them queue at the rate limiter
+	bctx, bcancel := context.WithTimeout(ctx, 2*time.Second/3)
+	defer bcancel()
+	if ok, err := b.Update(bctx, "plain", won.Holder.Token, value); !ok || err != nil {
+		t.Fatalf("heartbeat of a plain election behind a set's reads = %v, %v; want true", ok, err)
 	}
 }

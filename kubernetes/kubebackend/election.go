@@ -74,6 +74,7 @@ func (b *Backend) read(ctx context.Context, election string) (elector.Observatio
 				return elector.Observation{}, nil, err
 			}
 		}
+		b.noteObject(at, election, rev, obj)
 		return elector.Observation{Revision: rev, Holder: h}, obj, nil
 	}
 }
@@ -176,6 +177,7 @@ func (b *Backend) Campaign(ctx context.Context, election string, value []byte, l
 			return elector.Observation{}, err
 		}
 		b.written.Won(election, token, lease, value)
+		b.noteObject(at, election, rev, got)
 		return elector.Observation{Revision: rev, Holder: &elector.Holder{Value: value, Lease: lease, Token: token},
 			Prev: prev, PrevReleased: prevReleased, PrevWhy: prevWhy}, nil
 	}
@@ -242,10 +244,13 @@ func (b *Backend) rewrite(ctx context.Context, election string, token int64, val
 	if b.groupOf(election) != nil {
 		// A heartbeat of a set's shard that writes its key (the beacon could not answer
 		// it: its watch is not up yet, say) keeps the term alive as a beacon does: it
-		// goes through the lifeline client, not behind the set's campaigns. A plain
-		// election's heartbeats write their keys every time, and stay off the lifeline,
-		// which its renewals need.
+		// goes through the lifeline client, not behind the set's campaigns.
 		ctx = onLifeline(ctx)
+	} else {
+		// A plain election's heartbeats write their keys every time: they go through a
+		// client of their own, off the lifeline, which its renewals need, and not behind
+		// a set's campaigns either.
+		ctx = onBeats(ctx)
 	}
 	ok, err := b.updateHeld(ctx, election, token, 0, func(obj *coordv1.Lease) {
 		obj.Annotations[annValue] = base64.StdEncoding.EncodeToString(value)

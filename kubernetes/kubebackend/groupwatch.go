@@ -163,8 +163,14 @@ func (s *groupSub) setObj(b *Backend, obj *coordv1.Lease) {
 	}
 }
 
-// objectAt reads the election's object as it was at revision rev, into sub.
+// objectAt reads the election's object as it was at revision rev, into sub: the object a
+// read or a campaign of this backend found at that very revision (the watch of a campaign
+// loop's pass starts where its read ended), or else a list at rev.
 func (g *group) objectAt(ctx context.Context, sub *groupSub, rev int64) error {
+	if obj, ok := g.objectSeen(sub.election, rev); ok {
+		sub.setObj(g.b, obj)
+		return nil
+	}
 	leases, err := g.b.client()
 	if err != nil {
 		return err
@@ -464,4 +470,43 @@ func (g *group) stopLocked(st *groupStream, err error) {
 			batch.Resolve(nil, nil)
 		}
 	}
+}
+
+// seenObject is an election's object as a read or a write of this backend found it, at
+// the store's revision rev, in the history of epoch (see revisions).
+type seenObject struct {
+	rev   int64
+	epoch uint64
+	obj   *coordv1.Lease // nil: no object; never changed once noted
+}
+
+// noteObject remembers obj as election's object at revision rev, found by a request that
+// started at mark at, for the next Watch of a grouped election from rev (objectAt).
+func (b *Backend) noteObject(at mark, election string, rev int64, obj *coordv1.Lease) {
+	g := b.groupOf(election)
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.seen == nil {
+		g.seen = map[string]seenObject{}
+	}
+	if cur, ok := g.seen[election]; ok && cur.epoch == at.epoch && cur.rev > rev {
+		return // a later one is noted already
+	}
+	g.seen[election] = seenObject{rev: rev, epoch: at.epoch, obj: obj}
+}
+
+// objectSeen returns election's object at revision rev if a read or a write of this
+// backend found it at exactly that revision, in the current history.
+func (g *group) objectSeen(election string, rev int64) (*coordv1.Lease, bool) {
+	epoch := g.b.revs.mark().epoch
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.seen[election]
+	if !ok || s.rev != rev || s.epoch != epoch {
+		return nil, false
+	}
+	return s.obj, true
 }

@@ -34,6 +34,25 @@ type reaper struct {
 	mu      sync.Mutex
 	objs    map[string]*tracked
 	waiters map[string][]chan struct{}
+	// following is set while objs is a listed view that the watch keeps current, and
+	// cleared while the reaper lists again.
+	following bool
+}
+
+// shows reports whether the reaper's current view has the object called name, not
+// being deleted.
+func (r *reaper) shows(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.objs[name]
+	return r.following && ok && !t.reaped
+}
+
+// follows notes whether the watch keeps the view current.
+func (r *reaper) follows(on bool) {
+	r.mu.Lock()
+	r.following = on
+	r.mu.Unlock()
 }
 
 // startReaper starts the backend's reaper if it is not running yet.
@@ -121,6 +140,7 @@ func (r *reaper) run(ctx context.Context) {
 		}
 		from, _ := parseRV(list.ResourceVersion)
 		r.sync(list.Items, from)
+		r.follows(true)
 		for ctx.Err() == nil {
 			ch, stop, err := watchFrom(ctx, leases, sel, from)
 			if err != nil {
@@ -133,6 +153,7 @@ func (r *reaper) run(ctx context.Context) {
 				break
 			}
 		}
+		r.follows(false)
 	}
 }
 
