@@ -177,27 +177,14 @@ func (e *Election) startFailsafe(t *Term, cause string) bool {
 		e.fs.mu.Unlock()
 		return true
 	}
-	if len(e.fs.rosters) == 0 || !e.fs.rosters[0].confirmed {
+	if why := e.noFailsafeLocked(); why != "" {
 		if !e.fs.noRoster {
 			e.fs.noRoster = true
-			e.c.log().Warn("store unreachable, but no failsafe: this term has no confirmed roster yet",
+			e.c.log().Warn("store unreachable, but no failsafe: "+why,
 				zap.String("election", e.name), zap.Int64("token", t.Token), zap.String("cause", cause))
 		}
 		e.fs.mu.Unlock()
 		return false
-	}
-	for _, r := range e.fs.rosters {
-		// Any of them may be the newest in the store: a winner that reads one listing
-		// this leader alone fences nobody (couldRide), so the term must not ride.
-		if !r.hasPeer() {
-			if !e.fs.noRoster {
-				e.fs.noRoster = true
-				e.c.log().Warn("store unreachable, but no failsafe: the roster lists no other instance to confirm this term",
-					zap.String("election", e.name), zap.Int64("token", t.Token), zap.String("cause", cause))
-			}
-			e.fs.mu.Unlock()
-			return false
-		}
 	}
 	e.fs.active, e.fs.cause, e.fs.since = true, cause, time.Now()
 	peers := e.askSetLocked()
@@ -208,6 +195,22 @@ func (e *Election) startFailsafe(t *Term, cause string) bool {
 		o.FailsafeChanged(e, true, cause)
 	}
 	return true
+}
+
+// noFailsafeLocked says why the term cannot ride a failsafe now, "" if it can: it needs a
+// confirmed roster, and every roster it wrote since must list another instance, since any
+// of them may be the newest in the store, and a winner that reads one listing this leader
+// alone fences nobody (couldRide). e.fs.mu is held.
+func (e *Election) noFailsafeLocked() string {
+	if len(e.fs.rosters) == 0 || !e.fs.rosters[0].confirmed {
+		return "this term has no confirmed roster yet"
+	}
+	for _, r := range e.fs.rosters {
+		if !r.hasPeer() {
+			return "the roster lists no other instance to confirm this term"
+		}
+	}
+	return ""
 }
 
 // stopFailsafe ends an active failsafe of t and tells the peers, so that they campaign

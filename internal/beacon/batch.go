@@ -213,3 +213,17 @@ func UpdateAll[K any](ctx context.Context, updates []elector.KeyUpdate, join fun
 	}
 	return out
 }
+
+// Heartbeats is UpdateAll's join for a store that notes its writes in written and keeps
+// its groups in groups: an update joins its lease's next beacon (add, nil when the beacon
+// cannot carry it) if it is a heartbeat (the value its term wrote last) of a grouped key.
+func Heartbeats[G any](groups *Groups[G], written *Written, add func(g *G, election string, token int64, lease elector.LeaseID) *Batch[int64]) func(elector.KeyUpdate) *Batch[int64] {
+	return func(u elector.KeyUpdate) *Batch[int64] {
+		if g := groups.Of(u.Election); g != nil {
+			if lease, ok := written.Heartbeat(u.Election, u.Token, u.Value); ok {
+				return add(g, u.Election, u.Token, lease)
+			}
+		}
+		return nil
+	}
+}

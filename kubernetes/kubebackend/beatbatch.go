@@ -36,14 +36,7 @@ func (g *group) addBeat(election string, token int64, lease elector.LeaseID) *be
 // their lease's next beacon together, so one write answers them all; an update the beacon
 // cannot answer is Update's write of the key's object, rewriteParallel at once.
 func (b *Backend) UpdateAll(ctx context.Context, updates []elector.KeyUpdate) []elector.UpdateResult {
-	return beacon.UpdateAll(ctx, updates, func(u elector.KeyUpdate) *beacon.Batch[int64] {
-		if g := b.groupOf(u.Election); g != nil {
-			if lease, ok := b.written.Heartbeat(u.Election, u.Token, u.Value); ok {
-				return g.addBeat(u.Election, u.Token, lease)
-			}
-		}
-		return nil
-	}, b.rewrite, rewriteParallel)
+	return beacon.UpdateAll(ctx, updates, beacon.Heartbeats(&b.groups, &b.written, (*group).addBeat), b.rewrite, rewriteParallel)
 }
 
 // rewriteParallel is how many of UpdateAll's own writes are on their way at once: they
