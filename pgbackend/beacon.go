@@ -276,4 +276,5 @@ DELETE FROM %[1]s WHERE name = $1 AND token = $2 AND rev <= $3
 var (
 	_ elector.HeartbeatGrouper = (*Backend)(nil)
 	_ elector.HeartbeatBatcher = (*Backend)(nil)
+	_ elector.IntentGrouper    = (*Backend)(nil)
 )

@@ -60,11 +60,13 @@ func TestConformance(t *testing.T) {
 			t.Run("alone", func(t *testing.T) {
 				electortest.Run(t, harness(""))
 				electortest.RunBatch(t, harness(""))
+				electortest.RunGroupIntents(t, harness(""))
 				jobstest.Run(t, harness(""))
 			})
 			t.Run("grouped", func(t *testing.T) {
 				electortest.Run(t, harness("grouped"))
 				electortest.RunGrouped(t, harness("grouped"))
+				electortest.RunGroupIntents(t, harness("grouped"))
 				electortest.RunBatch(t, harness("grouped"))
 				jobstest.Run(t, harness("grouped"))
 			})

@@ -260,3 +260,39 @@ type intentRow struct {
 	value []byte
 	rev   int64
 }
+
+// WatchGroupIntents implements elector.IntentGrouper from the group's feed of intents
+// (one read of the whole set's): a first report lists every intent, then each read that
+// finds some changed (a new rev, or gone) reports those. A reader that lets the buffer
+// fill up has its watch ended, and watches again, which starts from a whole list.
+func (b *Backend) WatchGroupIntents(ctx context.Context, group string) <-chan elector.GroupIntents {
+	g := b.groups.Of(group + ".0")
+	if g == nil {
+		g = newGroup(b, group) // not grouped: a feed for this watch alone
+	}
+	out := make(chan elector.GroupIntents, groupWatchBuffer)
+	var seen map[string]int64 // the rev of each intent last reported
+	g.intents.follow(ctx, func(err error) { offer(out, elector.GroupIntents{Err: err}) },
+		func(rows map[string]intentRow) bool {
+			report := elector.GroupIntents{All: seen == nil, Intents: map[string][]byte{}}
+			if seen == nil {
+				seen = map[string]int64{}
+			}
+			for election, in := range rows {
+				if rev, ok := seen[election]; !ok || rev != in.rev {
+					report.Intents[election], seen[election] = in.value, in.rev
+				}
+			}
+			for election := range seen {
+				if _, ok := rows[election]; !ok {
+					report.Intents[election] = nil
+					delete(seen, election)
+				}
+			}
+			if !report.All && len(report.Intents) == 0 {
+				return true
+			}
+			return offer(out, report)
+		}, func() { close(out) })
+	return out
+}
