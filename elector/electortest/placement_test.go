@@ -442,25 +442,45 @@ func TestShardSetBeatsInOneRequestPerRenewal(t *testing.T) {
 }
 
 // When the store refuses an instance's heartbeats while its lease renewals go on (a full
-// disk, a permission taken away), each shard it holds stops admitting at its own heartbeat
-// deadline and moves to the other instance, with one owner at a time, though its set's
-// loop, not the shard's, sends them.
+// disk, a permission taken away), each term it holds stops admitting at its own heartbeat
+// deadline, though its set's loop, not the shard's, sends them: a beat window after its
+// last heartbeat that succeeded, or after the campaign that won it (its first write). The
+// instance is alone in the set, so nothing but that deadline ends its terms; it gives up
+// its lease and wins its shards again, a term at a time.
 func TestShardSetWhoseHeartbeatsFailLetsGo(t *testing.T) {
-	f, _ := batchingPair(t)
-	defer f.checkOverlaps(t)()
-	f.settledOn([]string{"node-a", "node-b"}, 20*time.Second)
+	f := &placedFleet{t: t, store: NewStore(), shards: 64, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{}, batching: true}
+	f.join("node-a", 4)
+	f.settledOn([]string{"node-a"}, 20*time.Second)
 	f.mu.Lock()
-	a := f.backends["node-a"].(BatchingClient)
+	a, terms := f.backends["node-a"].(BatchingClient), f.members["node-a"]
 	f.mu.Unlock()
 	a.Fail("Update", -1, errors.New("etcdserver: mvcc: database space exceeded"))
-	f.settle(t, "node-b owning every shard", func() bool {
-		for _, h := range f.holders() {
-			if len(h) != 1 || h[0] != "node-b" {
-				return false
+	failed := time.Now()
+	// A term admits at most a beat window (under a ttl, 1 s here) past its last write;
+	// twice the ttl leaves room for a loaded machine, and a term whose deadline a refused
+	// heartbeat moved would admit to the end.
+	const longest = 2 * time.Second
+	type shardTerm struct {
+		shard int
+		token int64
+	}
+	since := map[shardTerm]time.Time{}
+	for time.Since(failed) < 3*longest {
+		for s, e := range terms {
+			term, ok := e.Check()
+			if !ok {
+				continue
+			}
+			key := shardTerm{s, term.Token}
+			if _, seen := since[key]; !seen {
+				since[key] = time.Now()
+			}
+			if d := time.Since(since[key]); d > longest {
+				t.Fatalf("shard %d: node-a's term %d still admits %s after it was first seen admitting with every heartbeat refused", s, term.Token, d)
 			}
 		}
-		return true
-	})
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // checkOverlaps samples the fleet for two instances admitting in one shard until the
