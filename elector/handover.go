@@ -305,7 +305,12 @@ func (e *Election) releaseAgainLocked(token int64, l *lease) {
 	}
 	e.releasingAgain = token
 	why := e.endingOfLocked(token)
+	// Counted with the candidate's loops, so that Close waits for it: it runs inside a
+	// campaign loop's pass (the count is above zero), and its failure, logged after
+	// Close returned, would outlive the process's last word (and a test's).
+	e.c.loops.Add(1)
 	go func() {
+		defer e.c.loops.Done()
 		defer func() {
 			e.mu.Lock()
 			if e.releasingAgain == token {
