@@ -74,6 +74,11 @@ func (s *setBeats) add(c *Candidate, e *Election, t *Term, hb HeartbeatBatcher) 
 func (s *setBeats) close(l *lease, lb *leaseBeats) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closeLocked(l, lb)
+}
+
+// closeLocked is close with s.mu held.
+func (s *setBeats) closeLocked(l *lease, lb *leaseBeats) {
 	lb.closed = true
 	if s.leases[l] == lb {
 		delete(s.leases, l)
@@ -108,10 +113,7 @@ func (s *setBeats) run(c *Candidate, l *lease, lb *leaseBeats, hb HeartbeatBatch
 			}
 		}
 		if len(lb.terms) == 0 {
-			lb.closed = true
-			if s.leases[l] == lb {
-				delete(s.leases, l)
-			}
+			s.closeLocked(l, lb) // under the lock: a term added from now starts a new loop
 			s.mu.Unlock()
 			return
 		}
@@ -126,7 +128,7 @@ func (s *setBeats) run(c *Candidate, l *lease, lb *leaseBeats, hb HeartbeatBatch
 		if !c.realClock || c.cfg.Failsafe != nil {
 			wait = min(wait, 100*time.Millisecond)
 		}
-		timer.Reset(wait)
+		timer.Reset(wait) // since Go 1.23, Reset drops a value the timer had not delivered
 		select {
 		case <-c.ctx.Done():
 			return
@@ -142,13 +144,6 @@ func (s *setBeats) run(c *Candidate, l *lease, lb *leaseBeats, hb HeartbeatBatch
 				if bt.t.beatHorizon(now) <= 0 && bt.e.heartbeatLost(bt.t) {
 					s.drop(lb, bt)
 				}
-			}
-			continue
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
 			}
 		}
 	}
