@@ -279,3 +279,13 @@ type GroupIntents struct {
 type SeenWatcher interface {
 	WatchSeen(ctx context.Context, election string, seen Observation) <-chan Observation
 }
+
+// WakingWatcher is implemented by a store whose watches can tell their reader, without a
+// goroutine of its own waiting on the channel, that there is something to read. WatchWaking
+// is WatchSeen, and calls wake after each observation it queues on the channel and after
+// it closes the channel. wake returns at once and may be called with the store's locks
+// held. A shard set's thousands of campaign loops then wait for their keys with no
+// goroutine each (follower.go).
+type WakingWatcher interface {
+	WatchWaking(ctx context.Context, election string, seen Observation, wake func()) <-chan Observation
+}

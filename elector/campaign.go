@@ -6,40 +6,83 @@ import (
 )
 
 // run is the campaign loop: take the key if nobody holds it, else watch it until it is
-// deleted, and start over whenever the lease or the watch is lost.
+// deleted, and start over whenever the lease or the watch is lost. Its caller counted it in
+// c.loops; it counts itself done when ctx ends.
 func (e *Election) run(ctx context.Context) {
-	defer close(e.done)
-	retry := newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL))
+	e.campaignFrom(ctx, newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL)), nil)
+}
+
+// campaignFrom is the campaign loop, carried on from following f first if f is not nil. When
+// the follow parks (follower.go) it returns at once, and f's next wake calls it again in a
+// new goroutine.
+func (e *Election) campaignFrom(ctx context.Context, retry *backoff, f *follower) {
 	for {
-		l := e.c.waitLease(ctx)
-		if l == nil {
-			return
+		var err error
+		if f == nil {
+			f, err = e.pass(ctx, retry)
 		}
-		e.announce(ctx, l)
-		obs, heldOffRead, err := e.read(ctx, l)
-		if err == nil {
-			retry.reset()
-			e.observe(obs, l, false)
-			if t := e.term.Load(); t.lease != nil {
-				if _, held := e.heldOff(); held || t.Releasing {
-					// A resign whose release failed: keep trying to let go.
-					_ = e.handOver(ctx, 0)
-				}
+		if f != nil {
+			if err = f.loop(); err == errParked {
+				return
 			}
-			err = e.follow(ctx, l, obs, heldOffRead)
+			f = nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || err == errLoopOver {
+			close(e.done)
+			e.c.loops.Done()
 			return
 		}
 		if err != nil {
 			e.c.storeFailed("campaign", err)
-			e.lostContact(l)
-			if !e.pause(ctx, l, retry) {
+			e.lostContact(e.lastLease)
+			if !e.pause(ctx, e.lastLease, retry) {
+				close(e.done)
+				e.c.loops.Done()
 				return
 			}
 		}
 	}
 }
+
+// pass waits for a lease, campaigns (or looks at the key) and starts following it; it
+// returns the follow, or the error that broke the pass (errLoopOver once ctx ended).
+func (e *Election) pass(ctx context.Context, retry *backoff) (*follower, error) {
+	l := e.c.waitLease(ctx)
+	if l == nil {
+		return nil, errLoopOver
+	}
+	e.lastLease = l
+	e.announce(ctx, l)
+	obs, heldOffRead, err := e.read(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	retry.reset()
+	e.observe(obs, l, false)
+	if t := e.term.Load(); t.lease != nil {
+		if _, held := e.heldOff(); held || t.Releasing {
+			// A resign whose release failed: keep trying to let go.
+			_ = e.handOver(ctx, 0)
+		}
+	}
+	d, held := e.heldOff()
+	if heldOffRead && !held {
+		return nil, nil // the hold-off ended since the read only looked: campaign now
+	}
+	if !held {
+		d = 0
+	}
+	f := e.newFollower(ctx, l, obs, d)
+	f.resume = func() { e.campaignFrom(ctx, retry, f) }
+	return f, nil
+}
+
+// errLoopOver ends the campaign loop: its context ended while it waited for a lease.
+var errLoopOver = loopOver{}
+
+type loopOver struct{}
+
+func (loopOver) Error() string { return "campaign loop over" }
 
 // read campaigns for the key, or only looks at it while held off after a resign or when
 // this candidate never campaigns (priority 0). A candidate of lower priority yields first
@@ -85,73 +128,6 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 	e.mu.Unlock()
 	obs, err := campaign(rctx, e.name, rec.encode(), l.id)
 	return obs, false, err
-}
-
-// follow watches the key from after the observation seen and publishes what it sees. It returns nil when the
-// loop should read the key again now (key deleted, lease lost, hold-off over, resync asked),
-// or the error that broke the watch. heldOffRead says whether the read before it only
-// looked at the key because of a hold-off.
-func (e *Election) follow(ctx context.Context, l *lease, seen Observation, heldOffRead bool) error {
-	d, held := e.heldOff()
-	if heldOffRead && !held {
-		return nil // the hold-off ended since the read only looked: campaign now
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	changes := e.watch(wctx, seen)
-
-	var holdOver <-chan time.Time
-	if held && d < forever/2 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		holdOver = t.C
-	}
-	silent := time.NewTimer(e.silenceLeft())
-	defer silent.Stop()
-	// Once the holder's silence has run out, an Expire that does not go through (a
-	// stalled watch while the holder still writes, a store that fails) is tried again
-	// after a backoff, not every time the timer's floor allows.
-	expireRetry := newBackoff(50*time.Millisecond, max(50*time.Millisecond, e.c.cfg.TTL/4))
-	for {
-		select {
-		case <-silent.C:
-			done := e.expireSilent(ctx)
-			next := e.silenceLeft()
-			switch {
-			case done:
-				expireRetry.reset()
-			case next <= time.Millisecond:
-				next = expireRetry.step() // still overdue after a failed Expire: no spin
-			}
-			silent.Reset(next)
-		case <-ctx.Done():
-			return nil
-		case <-l.lost:
-			// Renewals failed for a whole lease (or the store dropped it): what the
-			// watch showed may be stale too, until the key is read again.
-			e.loseLease(l)
-			e.lostContact(l)
-			return nil
-		case <-holdOver:
-			return nil
-		case <-e.resync:
-			return nil
-		case o, ok := <-changes:
-			if !ok {
-				return errWatchClosed
-			}
-			if o.Err != nil {
-				return o.Err
-			}
-			e.observe(o, l, true)
-			if o.Holder == nil {
-				e.vacated = &o
-				return nil // vacant: campaign at once
-			}
-			expireRetry.reset()
-			silent.Reset(e.silenceLeft()) // since Go 1.23 a Reset timer delivers no stale tick
-		}
-	}
 }
 
 type watchClosed struct{}

@@ -52,6 +52,8 @@ type Election struct {
 	// vacated is the vacancy the campaign loop's watch showed last, for the read that
 	// follows it (campaign loop only).
 	vacated *Observation
+	// lastLease is the lease of the campaign loop's current pass (campaign loop only).
+	lastLease *lease
 	// campaign is the newest campaign request this instance sent: the record it wrote
 	// and when it sent it. A term it wins starts its heartbeat deadline from there.
 	campaign struct {
@@ -124,6 +126,8 @@ type Election struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	resync    chan struct{} // buffered: asks the loop to read the key again now
+	// following is the campaign loop's current follow, while it has one (follower.go).
+	following atomic.Pointer[follower]
 }
 
 func newElection(c *Candidate, name string) *Election {
@@ -193,11 +197,8 @@ func (e *Election) Start() {
 				e.followIntents(ctx)
 			}()
 		}
-		e.c.loops.Add(1)
-		go func() {
-			defer e.c.loops.Done()
-			e.run(ctx)
-		}()
+		e.c.loops.Add(1) // run counts it done when it ends (it may park and go on later)
+		go e.run(ctx)
 		if shared == nil { // else the set's loop asks (sharedpreempt.go)
 			e.c.loops.Add(1)
 			go func() {
@@ -213,6 +214,9 @@ func (e *Election) kick() {
 	select {
 	case e.resync <- struct{}{}:
 	default:
+	}
+	if f := e.following.Load(); f != nil {
+		f.wake()
 	}
 }
 

@@ -1,6 +1,7 @@
 package elector
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,9 +31,11 @@ type lease struct {
 	// granted is the TTL the store granted when the lease was created.
 	granted time.Duration
 
-	lostOnce sync.Once
-	// lost is closed when the candidate gives the lease up.
-	lost chan struct{}
+	// lost is closed when the candidate gives the lease up: it is lostCtx's Done, so that
+	// a waiting follower can be woken by it without a goroutine (follower.go).
+	lost     <-chan struct{}
+	lostCtx  context.Context
+	giveUpFn context.CancelFunc
 	// rewound is set when the lease was given up because the store went back in time.
 	rewound atomic.Bool
 	// why says why the lease was given up by its user rather than the lease loop.
@@ -43,7 +46,10 @@ type lease struct {
 }
 
 func newLease(id LeaseID, granted time.Duration) *lease {
-	return &lease{id: id, granted: granted, lost: make(chan struct{}), sent: make(chan struct{})}
+	l := &lease{id: id, granted: granted, sent: make(chan struct{})}
+	l.lostCtx, l.giveUpFn = context.WithCancel(context.Background())
+	l.lost = l.lostCtx.Done()
+	return l
 }
 
 // extend moves the deadline to sent + granted - margin, where sent is the local time at
@@ -77,10 +83,8 @@ func (l *lease) renewalSent() <-chan struct{} {
 
 // giveUp makes the lease invalid at once and tells every election that uses it.
 func (l *lease) giveUp() {
-	l.lostOnce.Do(func() {
-		close(l.lost)
-		l.clear()
-	})
+	l.giveUpFn()
+	l.clear()
 }
 
 // giveUpBecause is giveUp by a user of the lease, which says why.

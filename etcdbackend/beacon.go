@@ -92,7 +92,8 @@ type groupSub struct {
 	after    int64           // changes up to after are reported already, or not wanted
 	holder   *elector.Holder // the key's holder as of max(after, the stream's pos)
 	out      chan elector.Observation
-	closed   bool // out is closed; g.mu guards it
+	closed   bool   // out is closed; g.mu guards it
+	wake     func() // tells the reader there is news on out, if it asked (WatchWaking)
 }
 
 // subBuffer is how many observations a watch holds for its reader. A reader that falls
@@ -111,10 +112,17 @@ func (s *groupSub) push(o elector.Observation, beacon bool) {
 	}
 	select {
 	case s.out <- o:
+		s.woken()
 	default:
 		if !beacon {
 			s.close(nil)
 		}
+	}
+}
+
+func (s *groupSub) woken() {
+	if s.wake != nil {
+		s.wake()
 	}
 }
 
@@ -131,13 +139,15 @@ func (s *groupSub) close(err error) {
 	}
 	s.closed = true
 	close(s.out)
+	s.woken()
 }
 
 // watchGrouped implements Watch for an election of group g. The holder of the key at
 // afterRev is seen's, when the caller gives the observation it made there (known), or
-// else read. The watch ends when ctx does.
-func (g *group) watchGrouped(ctx context.Context, election string, afterRev int64, seen *elector.Observation) <-chan elector.Observation {
-	sub := &groupSub{election: election, after: afterRev, out: make(chan elector.Observation, subBuffer)}
+// else read. The watch ends when ctx does. wake, if not nil, is called after each
+// observation queued and when the watch closes (elector.WakingWatcher).
+func (g *group) watchGrouped(ctx context.Context, election string, afterRev int64, seen *elector.Observation, wake func()) <-chan elector.Observation {
+	sub := &groupSub{election: election, after: afterRev, out: make(chan elector.Observation, subBuffer), wake: wake}
 	subscribe := func(h *elector.Holder) {
 		sub.holder = h
 		g.join(sub)

@@ -445,7 +445,7 @@ func holder(kv *mvccpb.KeyValue) *elector.Holder {
 // Watch implements elector.Backend.
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	if g := b.groupOf(election); g != nil {
-		return g.watchGrouped(ctx, election, afterRev, nil)
+		return g.watchGrouped(ctx, election, afterRev, nil, nil)
 	}
 	out := make(chan elector.Observation, 1)
 	go func() {
@@ -467,12 +467,24 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 // at seen's revision from seen, instead of reading it.
 func (b *Backend) WatchSeen(ctx context.Context, election string, seen elector.Observation) <-chan elector.Observation {
 	if g := b.groupOf(election); g != nil {
-		return g.watchGrouped(ctx, election, seen.Revision, &seen)
+		return g.watchGrouped(ctx, election, seen.Revision, &seen, nil)
 	}
 	return b.Watch(ctx, election, seen.Revision)
 }
 
-var _ elector.SeenWatcher = (*Backend)(nil)
+// WatchWaking implements elector.WakingWatcher: a grouped election's watch wakes its
+// reader from the group's one stream; another's is passed on by a goroutine that does.
+func (b *Backend) WatchWaking(ctx context.Context, election string, seen elector.Observation, wake func()) <-chan elector.Observation {
+	if g := b.groupOf(election); g != nil {
+		return g.watchGrouped(ctx, election, seen.Revision, &seen, wake)
+	}
+	return elector.PassOnWaking(ctx, b.Watch(ctx, election, seen.Revision), wake)
+}
+
+var (
+	_ elector.SeenWatcher   = (*Backend)(nil)
+	_ elector.WakingWatcher = (*Backend)(nil)
+)
 
 // watchKey sends the changes of key (of every key under it, with clientv3.WithPrefix in
 // opts) after revision afterRev to out, as change converts each response's events, until

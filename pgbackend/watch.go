@@ -72,13 +72,7 @@ func (b *Backend) baseline(election string, afterRev int64) (reported, bool) {
 // reported. The watches of a group's elections share one read of the group (groupwatch.go).
 func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
 	if g := b.groupOf(election); g != nil {
-		out := make(chan elector.Observation, groupWatchBuffer)
-		put := func(o elector.Observation) bool { return offer(out, o) }
-		see := b.keyWatch(election, afterRev, put)
-		g.keys.follow(ctx, func(err error) { put(elector.Observation{Err: err}) }, func(keys groupKeys) bool {
-			return see(keys.reading(election))
-		}, func() { close(out) })
-		return out
+		return b.watchGrouped(ctx, g, election, afterRev, func() {})
 	}
 	out := make(chan elector.Observation, 1)
 	see := b.keyWatch(election, afterRev, func(o elector.Observation) bool { return send(ctx, out, o) })
@@ -94,6 +88,38 @@ func (b *Backend) Watch(ctx context.Context, election string, afterRev int64) <-
 			}
 			return r.remaining, see(r)
 		}, func() { close(out) })
+	return out
+}
+
+// WatchWaking implements elector.WakingWatcher: a grouped election's watch wakes its
+// reader from the group's one feed; another's is passed on by a goroutine that does.
+func (b *Backend) WatchWaking(ctx context.Context, election string, seen elector.Observation, wake func()) <-chan elector.Observation {
+	if g := b.groupOf(election); g != nil {
+		return b.watchGrouped(ctx, g, election, seen.Revision, wake)
+	}
+	return elector.PassOnWaking(ctx, b.Watch(ctx, election, seen.Revision), wake)
+}
+
+var _ elector.WakingWatcher = (*Backend)(nil)
+
+// watchGrouped is Watch for an election of group g, from the group's feed; wake is called
+// after each observation queued and when the watch closes.
+func (b *Backend) watchGrouped(ctx context.Context, g *group, election string, afterRev int64, wake func()) <-chan elector.Observation {
+	out := make(chan elector.Observation, groupWatchBuffer)
+	put := func(o elector.Observation) bool {
+		if !offer(out, o) {
+			return false
+		}
+		wake()
+		return true
+	}
+	see := b.keyWatch(election, afterRev, put)
+	g.keys.follow(ctx, func(err error) { put(elector.Observation{Err: err}) }, func(keys groupKeys) bool {
+		return see(keys.reading(election))
+	}, func() {
+		close(out)
+		wake()
+	})
 	return out
 }
 

@@ -506,10 +506,23 @@ func (c *Client) Observe(ctx context.Context, election string) (elector.Observat
 
 // Watch implements elector.Backend.
 func (c *Client) Watch(ctx context.Context, election string, afterRev int64) <-chan elector.Observation {
+	return c.watch(ctx, election, afterRev, func() {})
+}
+
+// WatchWaking implements elector.WakingWatcher.
+func (c *Client) WatchWaking(ctx context.Context, election string, seen elector.Observation, wake func()) <-chan elector.Observation {
+	return c.watch(ctx, election, seen.Revision, wake)
+}
+
+// watch is Watch, calling wake after each observation sent and when the watch closes.
+func (c *Client) watch(ctx context.Context, election string, afterRev int64, wake func()) <-chan elector.Observation {
 	c.count("Watch")
 	out := make(chan elector.Observation, 1)
 	go func() {
-		defer close(out)
+		defer func() {
+			close(out)
+			wake()
+		}()
 		if err := c.failing("Watch"); err != nil {
 			out <- elector.Observation{Err: err}
 			return
@@ -530,7 +543,7 @@ func (c *Client) Watch(ctx context.Context, election string, afterRev int64) <-c
 					pending = append(pending, o)
 				}
 			}
-			wake := c.s.changed
+			changed := c.s.changed
 			c.s.mu.Unlock()
 			if len(pending) > 0 {
 				c.lag(ctx) // the changes travel together, each as late as the link
@@ -539,13 +552,14 @@ func (c *Client) Watch(ctx context.Context, election string, afterRev int64) <-c
 				select {
 				case out <- o:
 					afterRev = o.Revision
+					wake()
 				case <-ctx.Done():
 					return
 				}
 			}
 			if len(pending) == 0 {
 				select {
-				case <-wake:
+				case <-changed:
 				case <-ctx.Done():
 					return
 				}
@@ -887,6 +901,7 @@ func (c *Client) Close() error {
 var (
 	_ elector.Backend       = (*Client)(nil)
 	_ elector.IntentGrouper = (*Client)(nil)
+	_ elector.WakingWatcher = (*Client)(nil)
 )
 
 // JobRecord implements jobs.Store.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -511,4 +512,41 @@ func (f *placedFleet) leave(id string) {
 	f.mu.Lock()
 	delete(f.members, id)
 	f.mu.Unlock()
+}
+
+// A shard's campaign loop that only waits for news of its key (the watch, its holder's
+// silence, a lost lease) runs in no goroutine of its own: a placed set's loops cost
+// goroutines only while they have something to handle, so an instance's goroutines do not
+// grow with the shards it follows.
+func TestFollowingShardsRunNoGoroutine(t *testing.T) {
+	const shardCount = 256
+	f := &placedFleet{t: t, store: NewStore(), shards: shardCount, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{}, batching: true}
+	f.join("node-a", 4)
+	f.join("node-b", 4)
+	defer f.checkOverlaps(t)()
+	f.settledOn([]string{"node-a", "node-b"}, 30*time.Second)
+	// What the elector runs, not the fake store's watches (a goroutine each: a real
+	// store's set watch wakes its readers without one).
+	electorGoroutines := func() int {
+		n := 0
+		for fn, count := range goroutinesByFunction() {
+			if strings.HasPrefix(fn, "github.com/caddyleader/caddy-leader/elector.") {
+				n += count
+			}
+		}
+		return n
+	}
+	// A set costs each instance a few loops of its own (registry, intents, heartbeats,
+	// preempts) and a shard costs one for a moment while news of it is handled; a loop
+	// per shard would be 2 × 256 here.
+	const most = shardCount / 8
+	fewest := electorGoroutines()
+	for deadline := time.Now().Add(5 * time.Second); fewest > most && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		fewest = min(fewest, electorGoroutines())
+	}
+	t.Logf("%d shards on 2 instances: %d goroutines of the elector at the fewest", shardCount, fewest)
+	if fewest > most {
+		t.Errorf("the elector runs %d goroutines for 2 instances following %d shards; want at most %d, not one per shard", fewest, shardCount, most)
+	}
 }
