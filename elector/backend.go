@@ -280,6 +280,15 @@ type SeenWatcher interface {
 	WatchSeen(ctx context.Context, election string, seen Observation) <-chan Observation
 }
 
+// IntentCreator is implemented by a store that can store an intent only where none is
+// pending. CreateIntent is SetIntent, except that it leaves an intent that is stored and
+// not expired as it is, and then reports created false. A shard's preempt asks through it,
+// so that two instances asking for a shard at the same moment, or an instance and an
+// operator, do not replace each other's requests.
+type IntentCreator interface {
+	CreateIntent(ctx context.Context, election string, value []byte, ttl time.Duration) (created bool, err error)
+}
+
 // WakingWatcher is implemented by a store whose watches can tell their reader, without a
 // goroutine of its own waiting on the channel, that there is something to read. WatchWaking
 // is WatchSeen, and calls wake after each observation it queues on the channel and after

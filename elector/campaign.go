@@ -9,39 +9,40 @@ import (
 // deleted, and start over whenever the lease or the watch is lost. Its caller counted it in
 // c.loops; it counts itself done when ctx ends.
 func (e *Election) run(ctx context.Context) {
-	e.campaignFrom(ctx, newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL)), nil)
+	e.campaignFrom(ctx, newBackoff(100*time.Millisecond, min(5*time.Second, e.c.cfg.TTL)), nil, nil)
 }
 
-// campaignFrom is the campaign loop, carried on from following f first if f is not nil. When
-// the follow parks (follower.go) it returns at once, and f's next wake calls it again in a
-// new goroutine.
-func (e *Election) campaignFrom(ctx context.Context, retry *backoff, f *follower) {
+// campaignFrom is the campaign loop, carried on from following f first if f is not nil,
+// or else from the end of a follow that returned err. When the follow parks
+// (follower.go) it returns at once; the follow's next news carries the loop on.
+func (e *Election) campaignFrom(ctx context.Context, retry *backoff, f *follower, err error) {
 	for {
-		var err error
-		if f == nil {
-			f, err = e.pass(ctx, retry)
-		}
 		if f != nil {
-			if err = f.loop(); err == errParked {
+			if err = f.loop(false); err == errParked {
 				return
 			}
 			f = nil
 		}
 		if ctx.Err() != nil || err == errLoopOver {
-			close(e.done)
-			e.c.loops.Done()
+			e.loopOver()
 			return
 		}
 		if err != nil {
 			e.c.storeFailed("campaign", err)
 			e.lostContact(e.lastLease)
 			if !e.pause(ctx, e.lastLease, retry) {
-				close(e.done)
-				e.c.loops.Done()
+				e.loopOver()
 				return
 			}
 		}
+		f, err = e.pass(ctx, retry)
 	}
+}
+
+// loopOver tells whoever waits that the campaign loop ended.
+func (e *Election) loopOver() {
+	close(e.done)
+	e.c.loops.Done()
 }
 
 // pass waits for a lease, campaigns (or looks at the key) and starts following it; it
@@ -73,7 +74,7 @@ func (e *Election) pass(ctx context.Context, retry *backoff) (*follower, error) 
 		d = 0
 	}
 	f := e.newFollower(ctx, l, obs, d)
-	f.resume = func() { e.campaignFrom(ctx, retry, f) }
+	f.retry = retry
 	return f, nil
 }
 

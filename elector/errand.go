@@ -60,7 +60,7 @@ func (e *Election) AskLeader(ctx context.Context, errand []byte) error {
 		return fmt.Errorf("election %q: %w", e.name, ErrIntentPending)
 	}
 	in := intent{Action: intentErrand, Token: t.Token, From: e.c.cfg.ID, Errand: errand}
-	return e.setIntent(ctx, in.encode(), e.c.requestTimeout+e.c.cfg.TTL)
+	return e.setIntent(ctx, in.encode(), e.c.requestTimeout+e.c.cfg.TTL, false)
 }
 
 // doErrand does the errand of intent in (stored as value) if this instance leads the term

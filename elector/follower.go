@@ -34,8 +34,8 @@ type follower struct {
 	// they are not tried as often as the timer's floor allows.
 	expireRetry *backoff
 	unhook      []func() bool // the context.AfterFuncs that wake it
-	// resume carries the campaign loop on in a new goroutine after a wake while parked.
-	resume func()
+	// retry is the campaign loop's backoff, for the loop's next passes.
+	retry *backoff
 }
 
 const (
@@ -70,11 +70,14 @@ func (e *Election) newFollower(ctx context.Context, l *lease, seen Observation, 
 
 // loop handles the news until the key must be read again (it returns nil: key deleted,
 // lease lost, hold-off over, resync asked) or the watch breaks (its error), or until there
-// is none left and it parks (errParked).
-func (f *follower) loop() error {
+// is none left and it parks (errParked). On a pooled goroutine (see resumePool) it
+// returns errHandOff, with the follow going on, before it would wait for the store.
+func (f *follower) loop(pooled bool) error {
 	for {
-		if err, done := f.next(); done {
-			f.end()
+		if err, done := f.next(pooled); done {
+			if err != errHandOff {
+				f.end()
+			}
 			return err
 		}
 		if f.park() {
@@ -83,20 +86,44 @@ func (f *follower) loop() error {
 	}
 }
 
+// errHandOff is what loop returns on a pooled goroutine when the follow has a store
+// request to make: a goroutine of its own carries it on.
+var errHandOff = handOff{}
+
+type handOff struct{}
+
+func (handOff) Error() string { return "handed off to a goroutine of its own" }
+
+// runPooled runs the follow on a pool's goroutine until it parks; whatever comes after
+// (a store request, the loop's next pass) goes on in a goroutine of its own.
+func (f *follower) runPooled() {
+	switch err := f.loop(true); err {
+	case errParked:
+	case errHandOff:
+		go f.e.campaignFrom(f.ctx, f.retry, f, nil)
+	default:
+		go f.e.campaignFrom(f.ctx, f.retry, nil, err)
+	}
+}
+
 // next handles what news there is; done says the follow is over, with the error loop
-// returns.
-func (f *follower) next() (err error, done bool) {
+// returns. pooled says it runs on a pool's goroutine, which must not wait for the store.
+func (f *follower) next(pooled bool) (err error, done bool) {
 	e := f.e
 	for {
-		select {
-		case <-f.ctx.Done():
+		// One channel at a time: a look at an empty channel alone takes no lock, a
+		// select over several locks them all, and this runs at every heartbeat heard.
+		if closed(f.ctx.Done()) {
 			return nil, true
-		case <-f.l.lost:
+		}
+		if closed(f.l.lost) {
 			// Renewals failed for a whole lease (or the store dropped it): what the
 			// watch showed may be stale too, until the key is read again.
 			e.loseLease(f.l)
 			e.lostContact(f.l)
 			return nil, true
+		}
+		select {
 		case <-e.resync:
 			return nil, true
 		default:
@@ -122,6 +149,9 @@ func (f *follower) next() (err error, done bool) {
 			continue
 		default:
 		}
+		if pooled && f.silent.fired() {
+			return errHandOff, true // the expire is a store request
+		}
 		if f.silent.take() {
 			done := e.expireSilent(f.ctx)
 			next := e.silenceLeft()
@@ -144,7 +174,7 @@ func (f *follower) wake() {
 		switch s := f.state.Load(); s {
 		case followerParked:
 			if f.state.CompareAndSwap(s, followerRunning) {
-				go f.resume()
+				resumes.submit(f)
 				return
 			}
 		case followerRunning:
@@ -154,6 +184,65 @@ func (f *follower) wake() {
 		default:
 			return // woken already, or over
 		}
+	}
+}
+
+// closed reports whether ch is closed (or has a value, which the channels looked at
+// here never get).
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// A parked follow woken by news runs on a pool's goroutine: one started for each wake
+// would grow its stack anew for every heartbeat heard (a set's owners beat every third
+// of a ttl, for every shard), which costs more than the news. The pool's goroutines end
+// when its queue is empty. A follow that has a store request to make, or whose campaign
+// loop goes on to its next pass, leaves the pool for a goroutine of its own, so a slow
+// store holds up no other shard's news.
+type resumePool struct {
+	mu      sync.Mutex
+	queue   []*follower
+	running int
+}
+
+// maxResumers is how many goroutines the pool runs at most.
+const maxResumers = 8
+
+var resumes resumePool
+
+// submit queues f to be run, starting a goroutine if fewer than maxResumers run.
+func (p *resumePool) submit(f *follower) {
+	p.mu.Lock()
+	p.queue = append(p.queue, f)
+	start := p.running < maxResumers
+	if start {
+		p.running++
+	}
+	p.mu.Unlock()
+	if start {
+		go p.work()
+	}
+}
+
+func (p *resumePool) work() {
+	for {
+		p.mu.Lock()
+		if len(p.queue) == 0 {
+			p.queue = nil
+			p.running--
+			p.mu.Unlock()
+			return
+		}
+		f := p.queue[0]
+		p.queue[0] = nil
+		p.queue = p.queue[1:]
+		p.mu.Unlock()
+		f.runPooled()
 	}
 }
 
@@ -244,6 +333,13 @@ func (a *alarm) fire(wake func()) {
 	if fired {
 		wake()
 	}
+}
+
+// fired reports whether the alarm fired since it was set, and leaves the note.
+func (a *alarm) fired() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.due
 }
 
 // take reports whether the alarm fired since it was set, and clears the note.

@@ -50,7 +50,7 @@ func (e *Election) RequestResign(ctx context.Context, holdOff time.Duration) err
 		return fmt.Errorf("election %q: %w", e.name, ErrNoLeader)
 	}
 	in := intent{Action: intentResign, Token: t.Token, HoldOff: holdOff, From: e.c.cfg.ID}
-	return e.setIntent(ctx, in.encode(), e.c.HandoverTimeout()+e.c.cfg.TTL)
+	return e.setIntent(ctx, in.encode(), e.c.HandoverTimeout()+e.c.cfg.TTL, false)
 }
 
 // Transfer hands leadership to the instance named to: every other candidate stands aside,
@@ -61,6 +61,16 @@ func (e *Election) RequestResign(ctx context.Context, holdOff time.Duration) err
 // about the same moment, say): Transfer then returns ErrTransferSuperseded as soon as it
 // sees that, and the fleet follows the later one.
 func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duration) error {
+	return e.transfer(ctx, to, timeout, false)
+}
+
+// errIntentPending is what a transfer asked only if no other request is pending returns
+// when one is.
+var errIntentPending = errors.New("another handover request is pending")
+
+// transfer is Transfer. If onlyIfNone is set and the store is an IntentCreator, it asks
+// only if no other request is pending, and returns errIntentPending otherwise.
+func (e *Election) transfer(ctx context.Context, to string, timeout time.Duration, onlyIfNone bool) error {
 	list, err := e.candidatesToLead(ctx, to)
 	if err != nil {
 		return err
@@ -86,7 +96,7 @@ func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duratio
 	if to != e.c.cfg.ID {
 		e.setStandAside(to)
 	}
-	if err := e.setIntent(ctx, value, timeout); err != nil {
+	if err := e.setIntent(ctx, value, timeout, onlyIfNone); err != nil {
 		e.setStandAside("")
 		return err
 	}
@@ -104,6 +114,12 @@ func (e *Election) Transfer(ctx context.Context, to string, timeout time.Duratio
 			return nil
 		}
 		if e.replaced(wait, value) {
+			// Replaced, or done and followed by another request (a preempt back to the
+			// shard's preferred owner, say) before this instance saw the target's term:
+			// the store's history tells, once the target's successor has recorded it.
+			if since.Token != 0 && e.ledSinceWithin(wait, to, since.Token, e.c.cfg.TTL) {
+				return nil
+			}
 			return fmt.Errorf("transfer of election %q to %q: %w", e.name, to, ErrTransferSuperseded)
 		}
 		if since.Token != 0 && t.Token > since.Token && lookAgain == nil {
@@ -142,6 +158,22 @@ func (e *Election) ledSince(ctx context.Context, id string, token int64) bool {
 	return false
 }
 
+// ledSinceWithin is ledSince, asked again for up to d while it says no: the history
+// records a term once its successor's has settled.
+func (e *Election) ledSinceWithin(ctx context.Context, id string, token int64, d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	ask := newBackoff(50*time.Millisecond, d/4)
+	for {
+		if e.ledSince(ctx, id, token) {
+			return true
+		}
+		if !ask.wait(ctx) {
+			return false
+		}
+	}
+}
+
 // replaced reports whether the intent value, which this instance stored, has been replaced
 // by another: its watch shows another one, and so does the store, read now (a watch may
 // report, after the write of value, an intent stored before it). The store's intent is
@@ -170,9 +202,18 @@ func (in intent) encode() []byte {
 	return b
 }
 
-func (e *Election) setIntent(ctx context.Context, value []byte, ttl time.Duration) error {
+// setIntent stores the intent value for ttl; if onlyIfNone is set and the store can, only
+// where no other intent is pending (errIntentPending if one is).
+func (e *Election) setIntent(ctx context.Context, value []byte, ttl time.Duration, onlyIfNone bool) error {
 	rctx, cancel := e.request(ctx, e.c.requestTimeout)
 	defer cancel()
+	if ic, ok := e.c.cfg.Backend.(IntentCreator); ok && onlyIfNone {
+		created, err := ic.CreateIntent(rctx, e.name, value, ttl)
+		if err == nil && !created {
+			err = errIntentPending
+		}
+		return err
+	}
 	return e.c.cfg.Backend.SetIntent(rctx, e.name, value, ttl)
 }
 

@@ -212,9 +212,22 @@ func (e *Election) askToLead(ctx context.Context) (asked, ok bool) {
 		msg = "asking the leader to hand over: placement prefers this instance"
 	}
 	e.logMove(msg, zap.String("election", e.name), zap.String("leader", t.Leader.ID), zap.Int("priority", e.c.Priority()))
-	err := e.Transfer(ctx, e.c.cfg.ID, 2*ttl)
+	// Only if no request is pending: another instance's preempt, or an operator's
+	// transfer, asked between the read above and this write is not replaced.
+	changed := e.intentChanges()
+	err := e.transfer(ctx, e.c.cfg.ID, 2*ttl, true)
 	free()
 	switch {
+	case errors.Is(err, errIntentPending):
+		// Ask again once the watch shows that request (the preempt then waits for it to
+		// be done) or a ttl has passed.
+		e.c.log().Info("another handover request is pending; following it", zap.String("election", e.name))
+		select {
+		case <-changed:
+		case <-time.After(ttl):
+		case <-ctx.Done():
+			return true, false
+		}
 	case errors.Is(err, ErrTransferSuperseded):
 		// Another instance asked at the same moment, and the fleet follows its request:
 		// look again once it is done.

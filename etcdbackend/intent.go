@@ -123,23 +123,49 @@ func (b *Backend) WatchCandidates(ctx context.Context, election string) <-chan e
 // SetIntent implements elector.Backend: the intent is bound to a lease of its own, so
 // that it expires after ttl even if nobody acts on it.
 func (b *Backend) SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error {
+	_, err := b.putIntent(ctx, election, value, ttl, false)
+	return err
+}
+
+// CreateIntent implements elector.IntentCreator: the put is conditional on the key not
+// existing (an intent whose lease ran out is gone with it).
+func (b *Backend) CreateIntent(ctx context.Context, election string, value []byte, ttl time.Duration) (bool, error) {
+	return b.putIntent(ctx, election, value, ttl, true)
+}
+
+// putIntent stores value as election's intent under a lease of its own for ttl; if
+// onlyIfNone is set, only where no intent is stored, and reports whether it stored it.
+func (b *Backend) putIntent(ctx context.Context, election string, value []byte, ttl time.Duration, onlyIfNone bool) (bool, error) {
 	cli, err := b.client(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	at := b.mark()
 	lease, err := cli.Grant(leaderCtx(ctx), int64(math.Ceil(ttl.Seconds())))
 	if err != nil {
-		return b.describe(err)
+		return false, b.describe(err)
 	}
 	if err := b.checked(at, lease.ResponseHeader); err != nil {
-		return err
+		return false, err
 	}
-	resp, err := cli.Put(leaderCtx(ctx), b.intentKey(election), string(value), clientv3.WithLease(lease.ID))
+	key := b.intentKey(election)
+	put := clientv3.OpPut(key, string(value), clientv3.WithLease(lease.ID))
+	txn := cli.Txn(leaderCtx(ctx))
+	if onlyIfNone {
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+	}
+	resp, err := txn.Then(put).Commit()
 	if err != nil {
-		return b.describe(err)
+		return false, b.describe(err)
 	}
-	return b.checked(at, resp.Header)
+	if err := b.checked(at, resp.Header); err != nil {
+		return false, err
+	}
+	if !resp.Succeeded {
+		// Nothing is bound to the lease: revoke it rather than leave it to run out.
+		_, _ = cli.Revoke(leaderCtx(ctx), lease.ID)
+	}
+	return resp.Succeeded, nil
 }
 
 // ClearIntent implements elector.Backend. It revokes the intent's own lease, which deletes
@@ -408,4 +434,7 @@ func intentOf(prefix, group string, key []byte) (string, bool) {
 	return group + "." + shard, true
 }
 
-var _ elector.IntentGrouper = (*Backend)(nil)
+var (
+	_ elector.IntentGrouper = (*Backend)(nil)
+	_ elector.IntentCreator = (*Backend)(nil)
+)

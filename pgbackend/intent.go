@@ -182,19 +182,37 @@ func sameEntry(x, y elector.CandidateEntry) bool {
 // SetIntent implements elector.Backend. Expired intents of other elections are deleted on
 // the way.
 func (b *Backend) SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error {
+	_, err := b.putIntent(ctx, election, value, ttl, "")
+	return err
+}
+
+// CreateIntent implements elector.IntentCreator: the row is written only where none is,
+// or where the one there has expired.
+func (b *Backend) CreateIntent(ctx context.Context, election string, value []byte, ttl time.Duration) (bool, error) {
+	return b.putIntent(ctx, election, value, ttl, fmt.Sprintf("WHERE %s.expires_at <= clock_timestamp()", b.names.intents))
+}
+
+// putIntent stores value as election's intent for ttl, over an intent already there only
+// if it matches where (SQL, "" for any), and reports whether it stored it.
+func (b *Backend) putIntent(ctx context.Context, election string, value []byte, ttl time.Duration, where string) (bool, error) {
 	if err := b.ready(ctx); err != nil {
-		return err
+		return false, err
 	}
 	ms := int64(math.Ceil(float64(ttl) / float64(time.Millisecond)))
-	_, err := b.pool.Exec(ctx, fmt.Sprintf(`
+	tag, err := b.pool.Exec(ctx, fmt.Sprintf(`
 WITH gc AS (DELETE FROM %[1]s WHERE expires_at <= clock_timestamp() AND election <> $1)
 INSERT INTO %[1]s (election, value, rev, expires_at)
 VALUES ($1, $2, %[2]s(), clock_timestamp() + $3::bigint * interval '1 millisecond')
 ON CONFLICT (election) DO UPDATE
-	SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at`,
-		b.names.intents, b.names.next), election, value, ms)
-	return b.describe(err)
+	SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at %[3]s`,
+		b.names.intents, b.names.next, where), election, value, ms)
+	if err != nil {
+		return false, b.describe(err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
+
+var _ elector.IntentCreator = (*Backend)(nil)
 
 // ClearIntent implements elector.Backend.
 func (b *Backend) ClearIntent(ctx context.Context, election string, value []byte) error {

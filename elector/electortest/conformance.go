@@ -69,6 +69,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"watch_reports_changes_since_afterRev", watchSinceRev},
 		{"intents_relay_resign_and_transfer", intents},
 		{"intent_expires", intentExpires},
+		{"intent_created_only_where_none_is_pending", intentCreated},
 		{"candidates_live_with_their_lease", candidates},
 		{"candidates_watch_starts_with_the_list_and_reports_each_change", candidatesWatch},
 		{"candidates_watch_reports_an_expired_lease", candidatesWatchExpiry},
@@ -648,6 +649,73 @@ func intentExpires(t *testing.T, h *harness) {
 		case <-time.After(reportWithin + ttl*2):
 			t.Fatal("the intent did not expire")
 		}
+	}
+}
+
+// intentCreated checks CreateIntent (elector.IntentCreator) where the store has it: it
+// leaves a pending intent alone, whoever stored it, and stores one where the last was
+// cleared or has expired.
+func intentCreated(t *testing.T, h *harness) {
+	a, _, ttl := h.client()
+	b, _, _ := h.client()
+	ca, ok := a.(elector.IntentCreator)
+	if !ok {
+		t.Skip("the store does not create intents only where none is pending")
+	}
+	cb := b.(elector.IntentCreator)
+	pending := func() string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), reportWithin)
+		defer cancel()
+		for c := range a.WatchIntent(ctx, h.election) {
+			if c.Err != nil {
+				t.Fatalf("intent watch: %v", c.Err)
+			}
+			return string(c.Value)
+		}
+		t.Fatalf("intent watch reported nothing within %s", reportWithin)
+		return ""
+	}
+	create := func(c elector.IntentCreator, v string, ttl time.Duration) bool {
+		t.Helper()
+		created, err := c.CreateIntent(h.ctx(), h.election, []byte(v), ttl)
+		if err != nil {
+			t.Fatalf("CreateIntent %s: %v", v, err)
+		}
+		return created
+	}
+	if !create(ca, "a1", 10*ttl) {
+		t.Fatal("CreateIntent found an intent pending where none was ever stored")
+	}
+	if create(cb, "b1", 10*ttl) || create(ca, "a2", 10*ttl) {
+		t.Fatal("CreateIntent replaced a pending intent")
+	}
+	if got := pending(); got != "a1" {
+		t.Fatalf("pending intent %q, want the first one, a1", got)
+	}
+	// An operator's SetIntent replaces it as before; CreateIntent still leaves that alone.
+	if err := b.SetIntent(h.ctx(), h.election, []byte("op"), 10*ttl); err != nil {
+		t.Fatal(err)
+	}
+	if create(ca, "a3", 10*ttl) {
+		t.Fatal("CreateIntent replaced an intent stored with SetIntent")
+	}
+	if err := a.ClearIntent(h.ctx(), h.election, []byte("op")); err != nil {
+		t.Fatal(err)
+	}
+	if !create(cb, "b2", ttl) {
+		t.Fatal("CreateIntent found an intent pending after it was cleared")
+	}
+	// Once b2 expires, a new one is stored.
+	h.Advance(ttl + ttl/2)
+	for deadline := time.Now().Add(reportWithin); !create(ca, "a4", 10*ttl); {
+		if time.Now().After(deadline) {
+			t.Fatalf("CreateIntent still finds an intent pending %s after its ttl ran out", reportWithin)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := pending(); got != "a4" {
+		t.Fatalf("pending intent %q, want a4", got)
 	}
 }
 

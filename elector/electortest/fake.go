@@ -273,6 +273,28 @@ type Client struct {
 	lose   map[string]opFailure // method name -> how its calls are applied but answer an error
 	delay  time.Duration        // added before every request and every watch event
 	calls  map[string]int64     // method name -> how many times it was called
+	// beforeIntent runs once, before the next intent this client writes is applied.
+	beforeIntent func()
+}
+
+// BeforeNextIntent makes f run right before the next intent this client writes
+// (SetIntent, CreateIntent) is applied: another instance's request landing between this
+// one's read of the intent and its write.
+func (c *Client) BeforeNextIntent(f func()) {
+	c.mu.Lock()
+	c.beforeIntent = f
+	c.mu.Unlock()
+}
+
+// intentWritten runs the hook of BeforeNextIntent, if one is set.
+func (c *Client) intentWritten() {
+	c.mu.Lock()
+	f := c.beforeIntent
+	c.beforeIntent = nil
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // SetDelay makes every request of this client, and every change its watches report, reach
@@ -818,15 +840,35 @@ func (c *Client) History(ctx context.Context, election string) ([][]byte, error)
 // SetIntent implements elector.Backend.
 func (c *Client) SetIntent(ctx context.Context, election string, value []byte, ttl time.Duration) error {
 	c.count("SetIntent")
+	c.intentWritten()
 	if err := c.lock(ctx); err != nil {
 		return err
 	}
 	defer c.s.mu.Unlock()
-	c.s.intents[election] = intent{value: clone(value), expires: c.s.now.Add(ttl)}
-	c.s.intentRev[election]++
-	c.s.rev++
-	c.s.wakeLocked()
+	c.s.setIntentLocked(election, value, ttl)
 	return nil
+}
+
+func (s *Store) setIntentLocked(election string, value []byte, ttl time.Duration) {
+	s.intents[election] = intent{value: clone(value), expires: s.now.Add(ttl)}
+	s.intentRev[election]++
+	s.rev++
+	s.wakeLocked()
+}
+
+// CreateIntent implements elector.IntentCreator.
+func (c *Client) CreateIntent(ctx context.Context, election string, value []byte, ttl time.Duration) (bool, error) {
+	c.count("CreateIntent")
+	c.intentWritten()
+	if err := c.lock(ctx); err != nil {
+		return false, err
+	}
+	defer c.s.mu.Unlock()
+	if pending, ok := c.s.intents[election]; ok && c.s.now.Before(pending.expires) {
+		return false, nil
+	}
+	c.s.setIntentLocked(election, value, ttl)
+	return true, nil
 }
 
 // ClearIntent implements elector.Backend.
@@ -902,6 +944,7 @@ var (
 	_ elector.Backend       = (*Client)(nil)
 	_ elector.IntentGrouper = (*Client)(nil)
 	_ elector.WakingWatcher = (*Client)(nil)
+	_ elector.IntentCreator = (*Client)(nil)
 )
 
 // JobRecord implements jobs.Store.

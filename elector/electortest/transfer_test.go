@@ -129,3 +129,26 @@ func TestPreemptLeavesAPendingRequest(t *testing.T) {
 		t.Fatalf("the leader handed over without the hold-off it was asked to resign with: a preempt replaced the request")
 	}
 }
+
+// TestPreemptDoesNotReplaceARequestStoredMeanwhile: a candidate starts to preempt the leader
+// and finds no request pending, and another instance's request to resign lands in the store
+// right before the preempt's own. The preempt's write leaves it there (it is stored only
+// where none is pending): the leader resigns as asked, with its hold-off.
+func TestPreemptDoesNotReplaceARequestStoredMeanwhile(t *testing.T) {
+	t.Parallel()
+	f, _ := slowLeaderFleet(t)
+	leader, token := f.Leader(within)
+	asker, preempter := otherTwo(f, leader)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	asked := make(chan error, 1)
+	client(f, preempter).BeforeNextIntent(func() { asked <- asker.Election.RequestResign(ctx, time.Hour) })
+	preempter.Candidate.SetPriority(2, true)
+	if err := <-asked; err != nil {
+		t.Fatal(err)
+	}
+	f.NewLeader(leader, token, within)
+	if left, _ := leader.Election.HoldOff(); left <= 0 {
+		t.Fatalf("the leader handed over without the hold-off it was asked to resign with: the preempt replaced the request")
+	}
+}

@@ -183,6 +183,33 @@ func (b *Backend) SetIntent(ctx context.Context, election string, value []byte, 
 	})
 }
 
+// CreateIntent implements elector.IntentCreator: the object is created only where none
+// is (the reaper deletes an intent whose time is up).
+func (b *Backend) CreateIntent(ctx context.Context, election string, value []byte, ttl time.Duration) (bool, error) {
+	leases, err := b.client()
+	if err != nil {
+		return false, err
+	}
+	secs, now := seconds(ttl), metav1.NowMicro()
+	obj := &coordv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: b.intentName(election), Labels: labels(kindIntent, election, true),
+			Annotations: map[string]string{annElection: election, annValue: base64.StdEncoding.EncodeToString(value)},
+		},
+		Spec: coordv1.LeaseSpec{LeaseDurationSeconds: &secs, RenewTime: &now},
+	}
+	_, err = leases.Create(ctx, obj, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, b.describe("create", err)
+	}
+	return true, nil
+}
+
+var _ elector.IntentCreator = (*Backend)(nil)
+
 // ClearIntent implements elector.Backend: the delete is conditional on the
 // resourceVersion read, so an intent written since stays.
 func (b *Backend) ClearIntent(ctx context.Context, election string, value []byte) error {
