@@ -92,7 +92,7 @@ func priorityStep(ttl time.Duration) time.Duration {
 // so before it: announceStandingOut).
 func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Observation, bool) {
 	skip := e.lastHolderOfPlaced()
-	list, err := e.KnownCandidates(ctx)
+	list, err := e.knownCandidates(ctx)
 	if err != nil {
 		return Observation{}, false
 	}
@@ -252,7 +252,7 @@ func (e *Election) outranksLeader(ctx context.Context) bool {
 	if _, held := e.heldOff(); held || !e.Healthy() {
 		return false
 	}
-	list, err := e.KnownCandidates(ctx)
+	list, err := e.knownCandidates(ctx)
 	if err != nil {
 		return false
 	}

@@ -132,8 +132,16 @@ func noteLeaderless(c *Candidate, name string, list []CandidateInfo, leaderless 
 // reported, it reads the store as Candidates does, and then blocks for one store request
 // at most.
 func (e *Election) KnownCandidates(ctx context.Context) ([]CandidateInfo, error) {
+	list, err := e.knownCandidates(ctx)
+	return slices.Clone(list), err
+}
+
+// knownCandidates is KnownCandidates for a caller that only reads the list: the view's
+// own, which shards of a set share and nobody modifies, is not copied. The preempt loop
+// asks it for every shard of a set every ttl.
+func (e *Election) knownCandidates(ctx context.Context) ([]CandidateInfo, error) {
 	if list, live := e.registry.get(); live {
-		return slices.Clone(list), nil
+		return list, nil
 	}
 	return e.Candidates(ctx)
 }

@@ -73,6 +73,10 @@ type sharedRegistry struct {
 	// view is the shared registry as the watch last reported it (nil until it has, or
 	// while it is broken), for a member that joins meanwhile.
 	view []sharedEntry
+	// common is the list of candidates that the members without entries of their own
+	// share, made of the entries commonOf (listForLocked).
+	common   []CandidateInfo
+	commonOf []sharedEntry
 
 	fresh freshRead[[]sharedEntry]
 
@@ -301,7 +305,7 @@ func entryIDs(entries []sharedEntry) []string {
 
 // setView gives member e (of shard) its view of entries. r.mu is held.
 func (r *sharedRegistry) setView(e *Election, shard string, entries []sharedEntry) {
-	e.registry.set(listFor(entries, shard), true)
+	e.registry.set(r.listForLocked(entries, shard), true)
 	e.fleetTTL.Store(max(e.fleetTTL.Load(), r.fleetTTL.Load()))
 }
 
@@ -316,6 +320,26 @@ func listFor(entries []sharedEntry, shard string) []CandidateInfo {
 		}
 	}
 	return list
+}
+
+// listForLocked is listFor, but the shards that no entry says anything of its own about
+// (nearly all) share one list per view of the registry, instead of a copy each. r.mu is
+// held.
+func (r *sharedRegistry) listForLocked(entries []sharedEntry, shard string) []CandidateInfo {
+	for _, en := range entries {
+		if _, own := en.Shards[shard]; own {
+			return listFor(entries, shard)
+		}
+	}
+	if !sameSlice(r.commonOf, entries) {
+		r.commonOf, r.common = entries, listFor(entries, "")
+	}
+	return r.common
+}
+
+// sameSlice reports whether a and b are the same slice (not merely equal ones).
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // note does once for the set what noteTTLs and noteLeaderless do for an election.
