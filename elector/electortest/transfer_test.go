@@ -110,45 +110,42 @@ func storedIntent(t *testing.T, s *electortest.Store) []byte {
 	return nil
 }
 
-// TestPreemptLeavesAPendingRequest: while a request to resign waits for the leader (behind a
-// slow link), a candidate starts to preempt it. The preempt must not replace the request in
-// the store, which keeps one: the leader resigns as asked, and stays out for the hold-off.
+// TestPreemptLeavesAPendingRequest: a request to resign waits for the leader (behind a slow
+// link) when a candidate starts to preempt it: stored before the preempt began, or right
+// before the preempt's own write, after the preempt found no request pending. The preempt
+// must not replace the request in the store, which keeps one (a preempt's request is
+// stored only where none is pending): the leader resigns as asked, and stays out for the
+// hold-off.
 func TestPreemptLeavesAPendingRequest(t *testing.T) {
-	t.Parallel()
-	f, _ := slowLeaderFleet(t)
-	leader, token := f.Leader(within)
-	asker, preempter := otherTwo(f, leader)
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	if err := asker.Election.RequestResign(ctx, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	preempter.Candidate.SetPriority(2, true)
-	f.NewLeader(leader, token, within)
-	if left, _ := leader.Election.HoldOff(); left <= 0 {
-		t.Fatalf("the leader handed over without the hold-off it was asked to resign with: a preempt replaced the request")
-	}
-}
-
-// TestPreemptDoesNotReplaceARequestStoredMeanwhile: a candidate starts to preempt the leader
-// and finds no request pending, and another instance's request to resign lands in the store
-// right before the preempt's own. The preempt's write leaves it there (it is stored only
-// where none is pending): the leader resigns as asked, with its hold-off.
-func TestPreemptDoesNotReplaceARequestStoredMeanwhile(t *testing.T) {
-	t.Parallel()
-	f, _ := slowLeaderFleet(t)
-	leader, token := f.Leader(within)
-	asker, preempter := otherTwo(f, leader)
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	asked := make(chan error, 1)
-	client(f, preempter).BeforeNextIntent(func() { asked <- asker.Election.RequestResign(ctx, time.Hour) })
-	preempter.Candidate.SetPriority(2, true)
-	if err := <-asked; err != nil {
-		t.Fatal(err)
-	}
-	f.NewLeader(leader, token, within)
-	if left, _ := leader.Election.HoldOff(); left <= 0 {
-		t.Fatalf("the leader handed over without the hold-off it was asked to resign with: the preempt replaced the request")
+	for _, tc := range []struct {
+		name      string
+		meanwhile bool // the request lands between the preempt's read and its write
+	}{
+		{"request_stored_before_the_preempt", false},
+		{"request_stored_between_the_preempts_read_and_write", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, _ := slowLeaderFleet(t)
+			leader, token := f.Leader(within)
+			asker, preempter := otherTwo(f, leader)
+			ctx, cancel := context.WithTimeout(context.Background(), within)
+			defer cancel()
+			asked := make(chan error, 1)
+			ask := func() { asked <- asker.Election.RequestResign(ctx, time.Hour) }
+			if tc.meanwhile {
+				client(f, preempter).BeforeNextIntent(ask)
+			} else {
+				ask()
+			}
+			preempter.Candidate.SetPriority(2, true)
+			if err := <-asked; err != nil {
+				t.Fatal(err)
+			}
+			f.NewLeader(leader, token, within)
+			if left, _ := leader.Election.HoldOff(); left <= 0 {
+				t.Fatalf("the leader handed over without the hold-off it was asked to resign with: the preempt replaced the request")
+			}
+		})
 	}
 }
