@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,6 +79,7 @@ type group struct {
 	held map[elector.LeaseID]map[string]bool
 
 	keys       *feed[groupKeys]
+	lastKeys   atomic.Int64 // how many keys the last read of keys found
 	intents    *feed[map[string]intentRow]
 	candidates *feed[map[string][]elector.CandidateEntry]
 }

@@ -208,6 +208,14 @@ type groupKey struct {
 	remaining time.Duration
 }
 
+// sameAs reports whether key k, present or not (ok), is as key was (present or not:
+// wasOK) in every respect that a watch's report of it depends on (see news): who holds it,
+// whether that holder's lease is alive, and the revision of its last write or beacon.
+func (k groupKey) sameAs(ok bool, was groupKey, wasOK bool) bool {
+	return ok == wasOK && k.live == was.live && k.rowRev == was.rowRev &&
+		k.holder.Token == was.holder.Token && k.holder.Lease == was.holder.Lease
+}
+
 // reading is the read of election's key that r holds, as read would have returned it.
 func (k groupKeys) reading(election string) reading {
 	r := reading{obs: elector.Observation{Revision: k.rev}}
@@ -252,7 +260,8 @@ FROM rv LEFT JOIN (
 		return groupKeys{}, 0, b.describe(err)
 	}
 	defer rows.Close()
-	k := groupKeys{keys: map[string]groupKey{}}
+	// As many keys as the last read found, most likely: no growing the map key by key.
+	k := groupKeys{keys: make(map[string]groupKey, g.lastKeys.Load())}
 	var soonest time.Duration
 	for rows.Next() {
 		var (
@@ -290,6 +299,7 @@ FROM rv LEFT JOIN (
 	if err := b.checkFence(fenceMark{highest: highest}, "", k.lastAt, nil); err != nil {
 		return groupKeys{}, 0, err
 	}
+	g.lastKeys.Store(int64(len(k.keys)))
 	return k, soonest, nil
 }
 

@@ -114,7 +114,19 @@ func (b *Backend) watchGrouped(ctx context.Context, g *group, election string, a
 		return true
 	}
 	see := b.keyWatch(election, afterRev, put)
+	// A read that finds the key as the last one did has nothing new for this watch (news
+	// reports nothing twice); most of a set's keys are, at every read, since a read
+	// comes at every owner's beacon and only that owner's keys have beaten.
+	var (
+		last         groupKey
+		lastOK, seen bool
+	)
 	g.keys.follow(ctx, func(err error) { put(elector.Observation{Err: err}) }, func(keys groupKeys) bool {
+		key, ok := keys.keys[election]
+		if seen && key.sameAs(ok, last, lastOK) {
+			return true
+		}
+		seen, last, lastOK = true, key, ok
 		return see(keys.reading(election))
 	}, func() {
 		close(out)
