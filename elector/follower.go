@@ -59,10 +59,11 @@ func (e *Election) newFollower(ctx context.Context, l *lease, seen Observation, 
 	var wctx context.Context
 	wctx, f.stop = context.WithCancel(ctx)
 	f.changes = e.watchWaking(wctx, seen, f.wake)
+	f.silent.wake, f.holdOver.wake = f.wake, f.wake
 	if hold > 0 && hold < forever/2 {
-		f.holdOver.set(hold, f.wake)
+		f.holdOver.set(hold)
 	}
-	f.silent.set(e.silenceLeft(), f.wake)
+	f.silent.set(e.silenceLeft())
 	f.unhook = append(f.unhook, context.AfterFunc(wctx, f.wake), context.AfterFunc(l.lostCtx, f.wake))
 	e.following.Store(f)
 	return f
@@ -145,7 +146,7 @@ func (f *follower) next(pooled bool) (err error, done bool) {
 				return nil, true // vacant: campaign at once
 			}
 			f.expireRetry.reset()
-			f.silent.set(e.silenceLeft(), f.wake)
+			f.silent.set(e.silenceLeft())
 			continue
 		default:
 		}
@@ -161,7 +162,7 @@ func (f *follower) next(pooled bool) (err error, done bool) {
 			case next <= time.Millisecond:
 				next = f.expireRetry.step() // still overdue after a failed Expire: no spin
 			}
-			f.silent.set(next, f.wake)
+			f.silent.set(next)
 			continue
 		}
 		return nil, false
@@ -303,26 +304,27 @@ func PassOnWaking(ctx context.Context, in <-chan Observation, wake func()) <-cha
 // alarm is a timer that wakes a follower and leaves a note that it fired. A note of an
 // earlier setting is not left: the follower looks at the new one.
 type alarm struct {
-	mu  sync.Mutex
-	t   *time.Timer
-	at  time.Time // when the current setting fires
-	due bool
+	wake func() // called when it fires; set before the first set
+	mu   sync.Mutex
+	t    *time.Timer
+	at   time.Time // when the current setting fires
+	due  bool
 }
 
-// set makes the alarm fire in d, calling wake then, and takes back a note not read yet.
-func (a *alarm) set(d time.Duration, wake func()) {
+// set makes the alarm fire in d, and takes back a note not read yet.
+func (a *alarm) set(d time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.due = false
 	a.at = time.Now().Add(d)
 	if a.t == nil {
-		a.t = time.AfterFunc(d, func() { a.fire(wake) })
+		a.t = time.AfterFunc(d, a.fire)
 		return
 	}
 	a.t.Reset(d)
 }
 
-func (a *alarm) fire(wake func()) {
+func (a *alarm) fire() {
 	a.mu.Lock()
 	// A firing of an earlier setting that ran late, after a set, is not this one's.
 	fired := !a.at.IsZero() && !time.Now().Before(a.at)
@@ -331,7 +333,7 @@ func (a *alarm) fire(wake func()) {
 	}
 	a.mu.Unlock()
 	if fired {
-		wake()
+		a.wake()
 	}
 }
 
