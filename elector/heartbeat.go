@@ -102,8 +102,9 @@ func (e *Election) keyGone(t *Term) {
 // admits nothing any more either way, and a key held without heartbeats keeps every other
 // instance out for as long as the lease lives. The lease is given up (and revoked), which
 // takes the key, and the keys of the candidate's other elections, with it; a key that
-// cannot be written can still go with its lease. It reports whether t was still the
-// current term. A term whose first heartbeat has not been sent yet is not over.
+// cannot be written can still go with its lease, and this instance holds off for a
+// quarter ttl. It reports whether t was still the current term. A term whose first
+// heartbeat has not been sent yet is not over.
 func (e *Election) heartbeatLost(t *Term) bool {
 	e.mu.Lock()
 	cur := e.term.Load()
@@ -113,6 +114,14 @@ func (e *Election) heartbeatLost(t *Term) bool {
 	}
 	e.publishLocked(Record{}, 0, nil, ReasonHeartbeatLost)
 	e.acknowledgeEnd(t, EndedDeadlineMissed) // if the store takes it, the successor need not wait
+	// Whatever kept this instance's writes from the store (a full disk, a slow link) may
+	// well still be there: it stays out for a moment, so that a peer that saw the key go
+	// wins it rather than this instance again, whose new lease would be granted at once
+	// and whose next term would end the same way. Alone, it campaigns again after the
+	// moment.
+	if until := e.c.now().Add(e.c.cfg.TTL / 4); until.After(e.holdUntil) {
+		e.holdUntil = until
+	}
 	e.mu.Unlock()
 	e.c.log().Warn("term over: no heartbeat reached the store before the heartbeat deadline; giving up the lease so that another instance can lead",
 		zap.String("election", e.name), zap.Int64("token", t.Token))
