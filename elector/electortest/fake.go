@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,7 +42,14 @@ type Store struct {
 	jobs     map[string][]byte        // election + "\x00" + job -> record (jobs.Store)
 	down     error
 	changed  chan struct{} // closed and replaced on every write
-	clients  []*Client     // every client made, for Calls
+	// keyChanged holds, for an election a key watch waits on, a channel closed (and
+	// dropped) when that election's key is next written: a write wakes the watches of its
+	// own key, not every watch of a set's thousands.
+	keyChanged map[string]chan struct{}
+	// broken is closed and replaced when watches in progress must break (the store or a
+	// client cut off, a client closed).
+	broken  chan struct{}
+	clients []*Client // every client made, for Calls
 }
 
 type key struct {
@@ -64,19 +72,21 @@ type intent struct {
 // NewStore returns an empty store whose clock starts at the real time now.
 func NewStore() *Store {
 	return &Store{
-		now:       time.Now(),
-		leases:    make(map[elector.LeaseID]leaseState),
-		intentRev: make(map[string]int64),
-		keys:      make(map[string]*key),
-		history:   make(map[string][]elector.Observation),
-		intents:   make(map[string]intent),
-		cands:     make(map[string]map[string]candidate),
-		candRev:   make(map[string]int64),
-		acks:      make(map[string]map[int64]ack),
-		terms:     make(map[string][][]byte),
-		lastTerm:  make(map[string]int64),
-		jobs:      make(map[string][]byte),
-		changed:   make(chan struct{}),
+		now:        time.Now(),
+		leases:     make(map[elector.LeaseID]leaseState),
+		intentRev:  make(map[string]int64),
+		keys:       make(map[string]*key),
+		history:    make(map[string][]elector.Observation),
+		intents:    make(map[string]intent),
+		cands:      make(map[string]map[string]candidate),
+		candRev:    make(map[string]int64),
+		acks:       make(map[string]map[int64]ack),
+		terms:      make(map[string][][]byte),
+		lastTerm:   make(map[string]int64),
+		jobs:       make(map[string][]byte),
+		changed:    make(chan struct{}),
+		keyChanged: make(map[string]chan struct{}),
+		broken:     make(chan struct{}),
 	}
 }
 
@@ -129,7 +139,7 @@ func (s *Store) SetDown(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.down = err
-	s.wakeLocked()
+	s.breakWatchesLocked()
 }
 
 // Delete removes the election's key as an operator would, whoever holds it.
@@ -175,12 +185,33 @@ func (s *Store) wakeLocked() {
 	s.changed = make(chan struct{})
 }
 
+// breakWatchesLocked wakes every watch, its key's or not, to find out that it must end.
+func (s *Store) breakWatchesLocked() {
+	close(s.broken)
+	s.broken = make(chan struct{})
+	s.wakeLocked()
+}
+
+// keyChangedLocked is a channel closed when election's key is next written.
+func (s *Store) keyChangedLocked(election string) <-chan struct{} {
+	ch, ok := s.keyChanged[election]
+	if !ok {
+		ch = make(chan struct{})
+		s.keyChanged[election] = ch
+	}
+	return ch
+}
+
 func (s *Store) writeLocked(election string, h *elector.Holder) {
 	s.rev++
 	if k, ok := s.keys[election]; ok && h != nil {
 		k.rev = s.rev
 	}
 	s.history[election] = append(s.history[election], elector.Observation{Revision: s.rev, Holder: h})
+	if ch, ok := s.keyChanged[election]; ok {
+		close(ch)
+		delete(s.keyChanged, election)
+	}
 	s.wakeLocked()
 }
 
@@ -418,7 +449,7 @@ func (c *Client) SetDown(err error) {
 	c.down = err
 	c.mu.Unlock()
 	c.s.mu.Lock()
-	c.s.wakeLocked()
+	c.s.breakWatchesLocked()
 	c.s.mu.Unlock()
 }
 
@@ -559,13 +590,10 @@ func (c *Client) watch(ctx context.Context, election string, afterRev int64, wak
 				}
 				return
 			}
-			var pending []elector.Observation
-			for _, o := range c.s.history[election] {
-				if o.Revision > afterRev {
-					pending = append(pending, o)
-				}
-			}
-			changed := c.s.changed
+			history := c.s.history[election]
+			newer := sort.Search(len(history), func(i int) bool { return history[i].Revision > afterRev })
+			pending := slices.Clone(history[newer:])
+			changed, broken := c.s.keyChangedLocked(election), c.s.broken
 			c.s.mu.Unlock()
 			if len(pending) > 0 {
 				c.lag(ctx) // the changes travel together, each as late as the link
@@ -582,6 +610,7 @@ func (c *Client) watch(ctx context.Context, election string, afterRev int64, wak
 			if len(pending) == 0 {
 				select {
 				case <-changed:
+				case <-broken:
 				case <-ctx.Done():
 					return
 				}
@@ -935,7 +964,7 @@ func (c *Client) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	c.s.mu.Lock()
-	c.s.wakeLocked()
+	c.s.breakWatchesLocked()
 	c.s.mu.Unlock()
 	return nil
 }
