@@ -80,12 +80,14 @@ type group struct {
 
 	keys       *feed[groupKeys]
 	lastKeys   atomic.Int64 // how many keys the last read of keys found
+	keyNews    keyNews      // the keys notifications named since that read
+	view       keyView      // the keys as the reads so far left them (groupkeys.go)
 	intents    *feed[map[string]intentRow]
 	candidates *feed[map[string][]elector.CandidateEntry]
 }
 
 func newGroup(b *Backend, name string) *group {
-	g := &group{b: b, name: name, prefix: name + ".", held: map[elector.LeaseID]map[string]bool{}}
+	g := &group{b: b, name: name, prefix: name + ".", held: map[elector.LeaseID]map[string]bool{}, view: newKeyView(b.names)}
 	g.beats = beacon.Batcher[beatKey]{Mu: &g.mu, Send: g.sendBeacon, Done: b.ctx.Done(), Go: func(f func()) {
 		b.wg.Add(1)
 		go func() {
@@ -93,7 +95,7 @@ func newGroup(b *Backend, name string) *group {
 			f()
 		}()
 	}}
-	g.keys = &feed[groupKeys]{b: b, topic: topic{name, groupKeysTopic}, read: g.readKeys, pace: b.keyPace}
+	g.keys = &feed[groupKeys]{b: b, topic: topic{name, groupKeysTopic}, read: g.readKeys, pace: b.keyPace, mark: g.keyNews.mark}
 	g.intents = &feed[map[string]intentRow]{b: b, topic: topic{name, groupIntentsTopic}, read: g.readIntents, pace: b.keyPace}
 	g.candidates = &feed[map[string][]elector.CandidateEntry]{b: b, topic: topic{name, groupCandidatesTopic}, read: g.readCandidates,
 		pace: b.candidatesPace, settle: candidatesSettle}

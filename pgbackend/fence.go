@@ -107,6 +107,19 @@ func (b *Backend) markGroup(prefix string) (highest int64, terms map[string]int6
 	return b.seen.highest, terms
 }
 
+// markElections is markGroup for the elections named.
+func (b *Backend) markElections(names []string) (highest int64, terms map[string]int64) {
+	b.seen.mu.Lock()
+	defer b.seen.mu.Unlock()
+	terms = make(map[string]int64, len(names))
+	for _, election := range names {
+		if token, ok := b.seen.terms[election]; ok {
+			terms[election] = token
+		}
+	}
+	return b.seen.highest, terms
+}
+
 // floor is the value that the next lease id and token must exceed.
 func (b *Backend) floor() int64 {
 	b.seen.mu.Lock()

@@ -35,6 +35,9 @@ type feed[T any] struct {
 	// settle is how long a notification waits before the read, to make one read of a
 	// burst.
 	settle time.Duration
+	// mark, if not nil, is told which of the group's elections each notification names
+	// (see subscription), before the feed wakes up for it.
+	mark func(election string, all bool)
 
 	mu      sync.Mutex
 	subs    map[*feedSub[T]]struct{}
@@ -128,7 +131,7 @@ func (f *feed[T]) join(look func(rows T) bool, broken func(error), done func()) 
 // the backend ends.
 func (f *feed[T]) run() {
 	defer f.b.wg.Done()
-	notice, unsubscribe := f.b.listener.subscribe(f.topic)
+	notice, unsubscribe := f.b.listener.subscribe(f.topic, f.mark)
 	defer unsubscribe()
 	reads := notificationReads()
 	for {
@@ -191,116 +194,6 @@ func (b *Backend) keyPace(expiry time.Duration) time.Duration {
 		d = min(d, expiry+5*time.Millisecond)
 	}
 	return d
-}
-
-// groupKeys is one read of a group's keys: as read does for one key, the revision of the
-// read (rev), one below it for a vacancy's last write (lastAt), and each key that is held,
-// whose lease expired, or that was deleted (in the vacated table), by name.
-type groupKeys struct {
-	rev, lastAt int64
-	keys        map[string]groupKey
-}
-
-type groupKey struct {
-	holder    elector.Holder
-	rowRev    int64 // of its last write or its lease's beacon, whichever is later
-	live      bool  // held: its lease is alive
-	remaining time.Duration
-}
-
-// sameAs reports whether key k, present or not (ok), is as key was (present or not:
-// wasOK) in every respect that a watch's report of it depends on (see news): who holds it,
-// whether that holder's lease is alive, and the revision of its last write or beacon.
-func (k groupKey) sameAs(ok bool, was groupKey, wasOK bool) bool {
-	return ok == wasOK && k.live == was.live && k.rowRev == was.rowRev &&
-		k.holder.Token == was.holder.Token && k.holder.Lease == was.holder.Lease
-}
-
-// reading is the read of election's key that r holds, as read would have returned it.
-func (k groupKeys) reading(election string) reading {
-	r := reading{obs: elector.Observation{Revision: k.rev}}
-	key, ok := k.keys[election]
-	switch {
-	case ok && key.live:
-		h := key.holder
-		r.obs.Holder, r.remaining, r.rowRev = &h, key.remaining, key.rowRev
-		return r
-	case ok:
-		h := key.holder
-		r.last, r.rowRev = &h, key.rowRev
-	}
-	r.lastAt = k.lastAt
-	return r
-}
-
-// readKeys reads every key of the group, in one statement, as read reads one: the held
-// keys with their leases, the vacated ones of the names not held, and two revisions.
-func (g *group) readKeys(ctx context.Context) (groupKeys, time.Duration, error) {
-	b := g.b
-	if err := b.ready(ctx); err != nil {
-		return groupKeys{}, 0, err
-	}
-	highest, terms := b.markGroup(g.prefix)
-	n := b.names
-	rows, err := b.pool.Query(ctx, fmt.Sprintf(`
-WITH rv AS MATERIALIZED (SELECT %[4]s() AS a, %[4]s() AS b)
-SELECT rv.a, rv.b, k.name, k.value, k.lease, k.token, k.rev, k.live, k.remaining
-FROM rv LEFT JOIN (
-	SELECT e.name, e.value, e.lease, e.token, GREATEST(e.rev, l.beat) AS rev,
-		l.expires_at > clock_timestamp() AS live,
-		extract(epoch FROM l.expires_at - clock_timestamp())::float8 AS remaining
-	FROM %[1]s e JOIN %[2]s l ON l.id = e.lease
-	WHERE starts_with(e.name, $1)
-	UNION ALL
-	SELECT v.name, v.value, v.lease, v.token, GREATEST(v.rev, v.beat), false, 0
-	FROM %[3]s v
-	WHERE starts_with(v.name, $1) AND NOT EXISTS (SELECT 1 FROM %[1]s e WHERE e.name = v.name)
-) k ON true`, n.elections, n.leases, n.vacated, n.next), g.prefix)
-	if err != nil {
-		return groupKeys{}, 0, b.describe(err)
-	}
-	defer rows.Close()
-	// As many keys as the last read found, most likely: no growing the map key by key.
-	k := groupKeys{keys: make(map[string]groupKey, g.lastKeys.Load())}
-	var soonest time.Duration
-	for rows.Next() {
-		var (
-			a, c      int64
-			name      *string
-			key       groupKey
-			lease     *int64
-			token     *int64
-			rowRev    *int64
-			live      *bool
-			remaining *float64
-		)
-		if err := rows.Scan(&a, &c, &name, &key.holder.Value, &lease, &token, &rowRev, &live, &remaining); err != nil {
-			return groupKeys{}, 0, b.describe(err)
-		}
-		k.rev, k.lastAt = max(a, c), min(a, c)
-		if name == nil {
-			continue // no key at all: the one row of the revisions
-		}
-		key.holder.Lease, key.holder.Token, key.rowRev, key.live = elector.LeaseID(*lease), *token, *rowRev, *live
-		if key.live {
-			key.remaining = time.Duration(max(0, *remaining) * float64(time.Second))
-			if soonest == 0 || key.remaining < soonest {
-				soonest = max(key.remaining, time.Millisecond)
-			}
-			if err := b.checkFence(fenceMark{highest: highest, term: terms[*name]}, *name, a, &key.holder); err != nil {
-				return groupKeys{}, 0, err
-			}
-		}
-		k.keys[*name] = key
-	}
-	if err := rows.Err(); err != nil {
-		return groupKeys{}, 0, b.describe(err)
-	}
-	if err := b.checkFence(fenceMark{highest: highest}, "", k.lastAt, nil); err != nil {
-		return groupKeys{}, 0, err
-	}
-	g.lastKeys.Store(int64(len(k.keys)))
-	return k, soonest, nil
 }
 
 // readIntents reads the live intents of the group's elections, by election.

@@ -3,6 +3,7 @@ package pgbackend
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,10 @@ type listener struct {
 	b    *Backend
 	cfg  *pgx.ConnConfig
 	once sync.Once
+
+	// up is set while the connection LISTENs: a change committed meanwhile reaches the
+	// watches as a notification. While it is not, only a read of everything finds changes.
+	up atomic.Bool
 
 	mu   sync.Mutex
 	subs map[topic]map[*subscription]struct{}
@@ -44,9 +49,11 @@ func (l *listener) start() {
 func (l *listener) stop() {}
 
 // subscription is one watch's: a wake-up after each notification about its topic (at most
-// one pending).
+// one pending). A group's watch may also be told, before the wake-up, which of the group's
+// elections a notification named (mark; all when notifications may have been lost).
 type subscription struct {
 	wake chan struct{}
+	mark func(election string, all bool)
 }
 
 // notify wakes s up.
@@ -57,9 +64,10 @@ func (s *subscription) notify() {
 	}
 }
 
-// subscribe returns a subscription to t and the function that ends it.
-func (l *listener) subscribe(t topic) (*subscription, func()) {
-	s := &subscription{wake: make(chan struct{}, 1)}
+// subscribe returns a subscription to t and the function that ends it; mark, if not nil,
+// is told the elections that notifications about t name (see subscription).
+func (l *listener) subscribe(t topic, mark func(election string, all bool)) (*subscription, func()) {
+	s := &subscription{wake: make(chan struct{}, 1), mark: mark}
 	l.mu.Lock()
 	if l.subs[t] == nil {
 		l.subs[t] = make(map[*subscription]struct{})
@@ -86,6 +94,9 @@ func (l *listener) deliver(payload string) {
 		}
 		if g, ok := groupTopic(t); ok {
 			for s := range l.subs[g] {
+				if s.mark != nil {
+					s.mark(t.election, false)
+				}
 				s.notify()
 			}
 		}
@@ -98,6 +109,9 @@ func (l *listener) wakeAll() {
 	defer l.mu.Unlock()
 	for _, subs := range l.subs {
 		for s := range subs {
+			if s.mark != nil {
+				s.mark("", true)
+			}
 			s.notify()
 		}
 	}
@@ -125,6 +139,10 @@ func (l *listener) run(ctx context.Context) {
 	}
 }
 
+// listening reports whether every change committed from now on will reach the watches as a
+// notification (until the next wakeAll, which says when that stops).
+func (l *listener) listening() bool { return l.up.Load() }
+
 // listen connects, LISTENs, and relays notifications until the connection fails.
 func (l *listener) listen(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, l.cfg) // bounded by the config's ConnectTimeout
@@ -136,6 +154,8 @@ func (l *listener) listen(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+l.b.names.channel); err != nil {
 		return err
 	}
+	l.up.Store(true)
+	defer l.up.Store(false) // before run's wakeAll: the reads it asks for are whole
 	l.wakeAll()
 	for {
 		n, err := conn.WaitForNotification(ctx)

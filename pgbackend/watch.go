@@ -121,6 +121,9 @@ func (b *Backend) watchGrouped(ctx context.Context, g *group, election string, a
 		last         groupKey
 		lastOK, seen bool
 	)
+	// The read that serves this watch first reads its key after the watch began, however
+	// little else it reads (groupkeys.go).
+	g.keyNews.mark(election, false)
 	g.keys.follow(ctx, func(err error) { put(elector.Observation{Err: err}) }, func(keys groupKeys) bool {
 		key, ok := keys.keys[election]
 		if seen && key.sameAs(ok, last, lastOK) {
@@ -218,7 +221,7 @@ func (b *Backend) follow(ctx context.Context, t topic, broken func(error),
 		defer cancel()
 		stop := context.AfterFunc(b.ctx, cancel)
 		defer stop()
-		sub, unsubscribe := b.listener.subscribe(t)
+		sub, unsubscribe := b.listener.subscribe(t, nil)
 		defer unsubscribe()
 		if err := b.ready(ctx); err != nil {
 			broken(err)
