@@ -84,3 +84,49 @@ func TestBenchShardSigterm(t *testing.T) {
 	t.Logf("SIGTERM of an instance owning %d–%d of %d shards (%d instances, %s, ttl %v, forward), %d trials: median %v, p99 %v, max %v",
 		slices.Min(owned), slices.Max(owned), *benchShards, *benchInstances, *benchStore, ttl, len(times), pct(0.5), pct(0.99), times[len(times)-1].Round(time.Millisecond))
 }
+
+// TestBenchShardColdStart times a fleet's cold start on a store that has never held the
+// set: from the launch of the first instance, and from the moment the last one answered
+// (they are launched one after the other), until every shard is led by its preferred
+// owner, by the moment each owner's log says it began to lead the shard.
+//
+//	go test -tags bench -run TestBenchShardColdStart -v ./e2e -bench.shards 4096 -bench.instances 5 -bench.trials 3 [-bench.store postgres]
+func TestBenchShardColdStart(t *testing.T) {
+	needCaddy(t)
+	for trial := range *benchFlags.Trials {
+		t.Run(fmt.Sprint(trial), func(t *testing.T) {
+			cfg := Config{Follower: "forward", Shards: *benchShards}
+			switch *benchStore {
+			case "etcd":
+				cfg.Endpoints = etcdtest.Start(t, 1).Endpoints()
+			case "postgres":
+				cfg.Store = map[string]any{"module": "postgres", "dsn": pgtest.Start(t).DSN()}
+			default:
+				t.Fatalf("-bench.store %q: use etcd or postgres", *benchStore)
+			}
+			launched := time.Now()
+			instances := fleet.StartInstances(t, caddyBin, *benchInstances, cfg)
+			up := time.Now()
+			shards := fleet.WaitShardsPlaced(t, instances, 10*time.Minute)
+			owned := map[string][]int{}
+			for _, sh := range shards {
+				owned[sh.Owner] = append(owned[sh.Owner], sh.Shard)
+			}
+			var placed time.Time
+			for _, in := range instances {
+				led := in.ShardsLastLedSince(launched, owned[in.ID])
+				if len(led) != len(owned[in.ID]) {
+					t.Fatalf("%s owns %d shards, its log says it began to lead %d of them", in, len(owned[in.ID]), len(led))
+				}
+				for _, at := range led {
+					if at.After(placed) {
+						placed = at
+					}
+				}
+			}
+			t.Logf("%d instances, %d shards (%s, ttl %v): launched one after the other in %v; every shard led by its preferred owner %v after the first launch, %v after the last instance answered",
+				*benchInstances, *benchShards, *benchStore, ttl, up.Sub(launched).Round(time.Millisecond),
+				placed.Sub(launched).Round(time.Millisecond), placed.Sub(up).Round(time.Millisecond))
+		})
+	}
+}

@@ -107,6 +107,16 @@ func ShardsPlaced(fleet []*Instance) ([]ShardView, string) {
 // API would see it up to a poll late (and, polling without pause, would take from the
 // machine the time it measures). A shard it did not begin to lead since then is missing.
 func (in *Instance) ShardsLedSince(since time.Time, shards []int) map[int]time.Time {
+	return in.shardsLed(since, shards, false)
+}
+
+// ShardsLastLedSince is ShardsLedSince with the last time each shard began to be led
+// (since then), not the first.
+func (in *Instance) ShardsLastLedSince(since time.Time, shards []int) map[int]time.Time {
+	return in.shardsLed(since, shards, true)
+}
+
+func (in *Instance) shardsLed(since time.Time, shards []int, last bool) map[int]time.Time {
 	want := make(map[string]int, len(shards))
 	for _, s := range shards {
 		want[ShardElection(s)] = s
@@ -125,7 +135,7 @@ func (in *Instance) ShardsLedSince(since time.Time, shards []int) map[int]time.T
 		s, ok := want[entry.Election]
 		at := time.Unix(0, int64(entry.TS*float64(time.Second)))
 		if ok && !at.Before(since) {
-			if _, seen := led[s]; !seen {
+			if _, seen := led[s]; !seen || last {
 				led[s] = at
 			}
 		}
