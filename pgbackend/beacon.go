@@ -95,7 +95,8 @@ func newGroup(b *Backend, name string) *group {
 			f()
 		}()
 	}}
-	g.keys = &feed[groupKeys]{b: b, topic: topic{name, groupKeysTopic}, read: g.readKeys, pace: b.keyPace, mark: g.keyNews.mark}
+	g.keys = &feed[groupKeys]{b: b, topic: topic{name, groupKeysTopic}, read: g.readKeys, pace: b.keyPace, mark: g.keyNews.mark,
+		changed: changedKeys}
 	g.intents = &feed[map[string]intentRow]{b: b, topic: topic{name, groupIntentsTopic}, read: g.readIntents, pace: b.keyPace}
 	g.candidates = &feed[map[string][]elector.CandidateEntry]{b: b, topic: topic{name, groupCandidatesTopic}, read: g.readCandidates,
 		pace: b.candidatesPace, settle: candidatesSettle}

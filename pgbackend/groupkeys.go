@@ -9,7 +9,7 @@ import (
 	"github.com/caddyleader/caddy-leader/elector"
 )
 
-// A group's keys are read whole at most once a poll interval. In between, a read takes
+// A group's keys are read whole now and then. In between, a read takes
 // the rows of the keys that notifications named since the last read, and the leases the
 // held keys are under (a beacon changes its lease's beat, and so the revision every key
 // of that lease reports, without a write to a key's row); every other key is as the last
@@ -17,8 +17,9 @@ import (
 //   - when nothing has been read yet, or the last read failed;
 //   - when the listener is not LISTENing, or may have lost notifications (it wakes every
 //     watch then; see listener.wakeAll): a change then reaches no watch by name;
-//   - once the poll interval has passed since the last whole read, as a watch of its own
-//     would have read (a lost notification is found as late as it would have been);
+//   - once wholeReadsEvery (or the poll interval, if longer) has passed since the last
+//     whole read: a change that sent no notification (one made with the triggers
+//     disabled, as a logical replica's apply does) is found that late at most;
 //   - when notifications named more keys than a quarter of the group (one scan costs
 //     less), or a held key's lease is gone (its delete cascades to its keys, whose
 //     notifications may not have come yet).
@@ -27,9 +28,8 @@ import (
 //
 // At 4,096 shards on five instances, each owner's beacon made every instance read all
 // 4,096 rows again: about 30,000 rows a second per instance, and 43 % of an idle
-// instance's CPU (BENCHMARKS.md §12). The poll interval (a third of the ttl once a lease
-// is granted) still bounds how late a change that sent no notification is found: one
-// made with the triggers disabled, as a logical replica's apply does.
+// instance's CPU (BENCHMARKS.md §12); and whole reads at every poll interval (a third of
+// the ttl) were still a quarter of it.
 
 // groupKeys is one read of a group's keys: as read does for one key, the revision of the
 // read (rev), one below it for a vacancy's last write (lastAt), and each key that is held,
@@ -37,7 +37,14 @@ import (
 type groupKeys struct {
 	rev, lastAt int64
 	keys        map[string]groupKey
+	// changed lists the keys this read may have found changed since the last one,
+	// unless whole: then any key may have (see feed.changed).
+	changed []string
+	whole   bool
 }
+
+// changedKeys is the keys feed's changed.
+func changedKeys(k groupKeys) ([]string, bool) { return k.changed, k.whole }
 
 type groupKey struct {
 	holder    elector.Holder
@@ -118,6 +125,10 @@ func (n *keyNews) take() (names []string, all bool) {
 	return names, all
 }
 
+// wholeReadsEvery is how often a group's keys are read whole while the listener is
+// LISTENing (see above).
+const wholeReadsEvery = 10 * time.Second
+
 // keyView is the group's keys as the reads so far left them; only the keys feed's
 // goroutine reads and writes it (its reads run one at a time), and a watch looks at what
 // a read returned before the next read begins.
@@ -142,12 +153,12 @@ func newKeyView(n names) keyView {
 func (g *group) readKeys(ctx context.Context) (groupKeys, time.Duration, error) {
 	names, all := g.keyNews.take()
 	v := &g.view
-	poll := time.Duration(g.b.poll.Load())
-	if all || v.keys.keys == nil || !g.b.listener.listening() || time.Since(v.wholeRead) >= poll ||
+	every := max(time.Duration(g.b.poll.Load()), wholeReadsEvery)
+	if all || v.keys.keys == nil || !g.b.listener.listening() || time.Since(v.wholeRead) >= every ||
 		len(names) > len(v.keys.keys)/4 {
 		return g.readWhole(ctx)
 	}
-	soonest, whole, err := g.readNamed(ctx, names)
+	soonest, changed, whole, err := g.readNamed(ctx, names)
 	switch {
 	case err != nil:
 		v.keys = groupKeys{}
@@ -155,7 +166,9 @@ func (g *group) readKeys(ctx context.Context) (groupKeys, time.Duration, error) 
 	case whole:
 		return g.readWhole(ctx)
 	}
-	return v.keys, soonest, nil
+	k := v.keys
+	k.changed, k.whole = changed, false
+	return k, soonest, nil
 }
 
 // keysSQL is a read of keys: the two revisions, and a key's name, value, lease, token and
@@ -208,24 +221,26 @@ func (g *group) readWhole(ctx context.Context) (groupKeys, time.Duration, error)
 	if err := g.scanKeys(rows, &k, nil, fenceMark{highest: highest}, terms); err != nil {
 		return groupKeys{}, 0, err
 	}
-	soonest, leases, _ := leasesOf(k.keys, nil)
+	soonest, leases, _, _ := leasesOf(k.keys, nil)
+	k.whole = true
 	g.lastKeys.Store(int64(len(k.keys)))
 	g.view.keys, g.view.leases, g.view.wholeRead = k, leases, began
 	return k, soonest, nil
 }
 
-// readNamed reads the keys named and the leases of the held ones into the view. It
-// reports whole if the view cannot be brought up to date that way: a held key's lease is
-// gone.
-func (g *group) readNamed(ctx context.Context, names []string) (soonest time.Duration, whole bool, err error) {
+// readNamed reads the keys named and the leases of the held ones into the view, and
+// returns the keys that may have changed: those named, and those whose lease's beat or
+// liveness did. It reports whole if the view cannot be brought up to date that way: a
+// held key's lease is gone.
+func (g *group) readNamed(ctx context.Context, names []string) (soonest time.Duration, changed []string, whole bool, err error) {
 	b := g.b
 	if err := b.ready(ctx); err != nil {
-		return 0, false, err
+		return 0, nil, false, err
 	}
 	highest, terms := b.markElections(names)
 	rows, err := b.pool.Query(ctx, g.view.namedSQL, names, g.view.leases)
 	if err != nil {
-		return 0, false, b.describe(err)
+		return 0, nil, false, b.describe(err)
 	}
 	v := &g.view.keys
 	for _, name := range names {
@@ -233,14 +248,14 @@ func (g *group) readNamed(ctx context.Context, names []string) (soonest time.Dur
 	}
 	leases := map[elector.LeaseID]leaseRow{}
 	if err := g.scanKeys(rows, v, leases, fenceMark{highest: highest}, terms); err != nil {
-		return 0, false, err
+		return 0, nil, false, err
 	}
-	soonest, ids, ok := leasesOf(v.keys, leases)
+	soonest, ids, beaten, ok := leasesOf(v.keys, leases)
 	if !ok {
-		return 0, true, nil
+		return 0, nil, true, nil
 	}
 	g.view.leases = ids
-	return soonest, false, nil
+	return soonest, append(names, beaten...), false, nil
 }
 
 // leaseRow is a lease as a read of keys found it.
@@ -308,9 +323,10 @@ func (g *group) scanKeys(rows interface {
 }
 
 // leasesOf brings the held keys of keys up to date with leases (when not nil) and returns
-// how long until the first of their leases expires (0: none is held), and the leases they
-// are under; ok is false if one of those is not in leases.
-func leasesOf(keys map[string]groupKey, leases map[elector.LeaseID]leaseRow) (soonest time.Duration, ids []int64, ok bool) {
+// how long until the first of their leases expires (0: none is held), the leases they are
+// under, and the keys whose lease's beat or liveness changed; ok is false if one of those
+// leases is not in leases.
+func leasesOf(keys map[string]groupKey, leases map[elector.LeaseID]leaseRow) (soonest time.Duration, ids []int64, beaten []string, ok bool) {
 	under := map[elector.LeaseID]bool{}
 	for name, key := range keys {
 		if !key.held {
@@ -319,9 +335,13 @@ func leasesOf(keys map[string]groupKey, leases map[elector.LeaseID]leaseRow) (so
 		if leases != nil {
 			l, found := leases[key.holder.Lease]
 			if !found {
-				return 0, nil, false
+				return 0, nil, nil, false
 			}
-			key.live, key.remaining, key.rowRev = l.live, l.remaining, max(key.keyRev, l.beat)
+			rowRev := max(key.keyRev, l.beat)
+			if key.live != l.live || key.rowRev != rowRev {
+				beaten = append(beaten, name)
+			}
+			key.live, key.remaining, key.rowRev = l.live, l.remaining, rowRev
 			keys[name] = key
 		}
 		if key.live && (soonest == 0 || key.remaining < soonest) {
@@ -332,5 +352,5 @@ func leasesOf(keys map[string]groupKey, leases map[elector.LeaseID]leaseRow) (so
 			ids = append(ids, int64(key.holder.Lease))
 		}
 	}
-	return soonest, ids, true
+	return soonest, ids, beaten, true
 }

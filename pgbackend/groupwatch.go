@@ -38,10 +38,18 @@ type feed[T any] struct {
 	// mark, if not nil, is told which of the group's elections each notification names
 	// (see subscription), before the feed wakes up for it.
 	mark func(election string, all bool)
+	// changed, if not nil, says which elections a read's rows may show changed (all:
+	// any of them); a read is handed only to the watches of those, and to watches that
+	// have not looked at a read yet. The watches of such a feed each follow one election
+	// (followKey): the others would see nothing new.
+	changed func(rows T) (elections []string, all bool)
 
 	mu      sync.Mutex
 	subs    map[*feedSub[T]]struct{}
-	reads   uint64 // reads started
+	byKey   map[string]map[*feedSub[T]]struct{} // the watches of each election (followKey)
+	fresh   map[*feedSub[T]]struct{}            // watches that have not looked at a read yet
+	keyless int                                 // watches of no election in particular
+	reads   uint64                              // reads started
 	running bool
 	kick    chan struct{} // a watch joined: read at once
 }
@@ -58,6 +66,8 @@ type feedRead[T any] struct {
 // its rows without a goroutine per shard; look must not block (see offer).
 type feedSub[T any] struct {
 	after  uint64
+	key    string // the election it follows ("": every read is for it)
+	looked uint64 // the last read it was handed
 	look   func(rows T) bool
 	broken func(error)
 	done   func()
@@ -68,7 +78,12 @@ type feedSub[T any] struct {
 // returns false, a read fails (broken is told, without blocking), or ctx or the backend
 // ends; then done is called. All three are called with f.mu held, one read at a time.
 func (f *feed[T]) follow(ctx context.Context, broken func(error), look func(rows T) bool, done func()) {
-	sub := f.join(look, broken, done)
+	f.followKey(ctx, "", broken, look, done)
+}
+
+// followKey is follow for a watch of one election, key, whose rows are all it looks at.
+func (f *feed[T]) followKey(ctx context.Context, key string, broken func(error), look func(rows T) bool, done func()) {
+	sub := f.join(key, look, broken, done)
 	if sub == nil {
 		return
 	}
@@ -97,24 +112,44 @@ func (f *feed[T]) endLocked(sub *feedSub[T]) {
 	}
 	sub.ended = true
 	delete(f.subs, sub)
+	delete(f.fresh, sub)
+	if sub.key == "" {
+		f.keyless--
+	} else if subs := f.byKey[sub.key]; subs != nil {
+		delete(subs, sub)
+		if len(subs) == 0 {
+			delete(f.byKey, sub.key)
+		}
+	}
 	sub.done()
 }
 
 // join adds a watch, starting the feed's reads if they are not running, and asks for a
 // read. It returns nil, having ended the watch, once the backend has ended.
-func (f *feed[T]) join(look func(rows T) bool, broken func(error), done func()) *feedSub[T] {
+func (f *feed[T]) join(key string, look func(rows T) bool, broken func(error), done func()) *feedSub[T] {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.subs == nil {
 		f.subs = map[*feedSub[T]]struct{}{}
+		f.byKey = map[string]map[*feedSub[T]]struct{}{}
+		f.fresh = map[*feedSub[T]]struct{}{}
 		f.kick = make(chan struct{}, 1)
 	}
-	sub := &feedSub[T]{after: f.reads, look: look, broken: broken, done: done}
+	sub := &feedSub[T]{after: f.reads, key: key, look: look, broken: broken, done: done}
+	if key == "" {
+		f.keyless++
+	} else {
+		if f.byKey[key] == nil {
+			f.byKey[key] = map[*feedSub[T]]struct{}{}
+		}
+		f.byKey[key][sub] = struct{}{}
+	}
 	if f.b.ctx.Err() != nil {
 		f.endLocked(sub)
 		return nil
 	}
 	f.subs[sub] = struct{}{}
+	f.fresh[sub] = struct{}{}
 	if !f.running {
 		f.running = true
 		f.b.wg.Add(1) // the feed's goroutine, counted, is running: Close has not begun waiting
@@ -154,18 +189,48 @@ func (f *feed[T]) run() {
 		var expiry time.Duration
 		r.rows, expiry, r.err = f.read(f.b.ctx)
 		f.mu.Lock()
-		for sub := range f.subs {
-			switch {
-			case r.n <= sub.after:
-			case r.err != nil:
-				sub.broken(r.err)
-				f.endLocked(sub)
-			case !sub.look(r.rows):
-				f.endLocked(sub)
-			}
-		}
+		f.handLocked(r)
 		f.mu.Unlock()
 		f.sleep(f.pace(expiry), notice.wake, reads)
+	}
+}
+
+// handLocked hands read r to the watches it is for: those that joined before it began,
+// and, of a feed that knows which elections a read changed, only the watches of those and
+// the ones that have not looked at a read yet. f.mu is held.
+func (f *feed[T]) handLocked(r *feedRead[T]) {
+	hand := func(sub *feedSub[T]) {
+		if r.n <= sub.after || sub.looked == r.n || sub.ended {
+			return
+		}
+		sub.looked = r.n
+		delete(f.fresh, sub)
+		switch {
+		case r.err != nil:
+			sub.broken(r.err)
+			f.endLocked(sub)
+		case !sub.look(r.rows):
+			f.endLocked(sub)
+		}
+	}
+	all := true
+	var keys []string
+	if r.err == nil && f.changed != nil && f.keyless == 0 {
+		keys, all = f.changed(r.rows)
+	}
+	if all {
+		for sub := range f.subs {
+			hand(sub)
+		}
+		return
+	}
+	for _, key := range keys {
+		for sub := range f.byKey[key] {
+			hand(sub)
+		}
+	}
+	for sub := range f.fresh {
+		hand(sub)
 	}
 }
 

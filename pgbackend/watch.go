@@ -124,7 +124,7 @@ func (b *Backend) watchGrouped(ctx context.Context, g *group, election string, a
 	// The read that serves this watch first reads its key after the watch began, however
 	// little else it reads (groupkeys.go).
 	g.keyNews.mark(election, false)
-	g.keys.follow(ctx, func(err error) { put(elector.Observation{Err: err}) }, func(keys groupKeys) bool {
+	g.keys.followKey(ctx, election, func(err error) { put(elector.Observation{Err: err}) }, func(keys groupKeys) bool {
 		key, ok := keys.keys[election]
 		if seen && key.sameAs(ok, last, lastOK) {
 			return true
