@@ -36,15 +36,7 @@ var (
 
 func TestBenchShardSigterm(t *testing.T) {
 	needCaddy(t)
-	cfg := Config{Follower: "forward", Shards: *benchShards}
-	switch *benchStore {
-	case "etcd":
-		cfg.Endpoints = etcdtest.Start(t, 1).Endpoints()
-	case "postgres":
-		cfg.Store = map[string]any{"module": "postgres", "dsn": pgtest.Start(t).DSN()}
-	default:
-		t.Fatalf("-bench.store %q: use etcd or postgres", *benchStore)
-	}
+	cfg := benchShardConfig(t)
 	env := safety.NewEnv[*etcdProcs](t, caddyBin, nil, cfg)
 	launched := time.Now()
 	env.LaunchWithin(t, *benchInstances, 10*time.Minute)
@@ -95,15 +87,7 @@ func TestBenchShardColdStart(t *testing.T) {
 	needCaddy(t)
 	for trial := range *benchFlags.Trials {
 		t.Run(fmt.Sprint(trial), func(t *testing.T) {
-			cfg := Config{Follower: "forward", Shards: *benchShards}
-			switch *benchStore {
-			case "etcd":
-				cfg.Endpoints = etcdtest.Start(t, 1).Endpoints()
-			case "postgres":
-				cfg.Store = map[string]any{"module": "postgres", "dsn": pgtest.Start(t).DSN()}
-			default:
-				t.Fatalf("-bench.store %q: use etcd or postgres", *benchStore)
-			}
+			cfg := benchShardConfig(t)
 			launched := time.Now()
 			instances := fleet.StartInstances(t, caddyBin, *benchInstances, cfg)
 			up := time.Now()
@@ -129,4 +113,19 @@ func TestBenchShardColdStart(t *testing.T) {
 				placed.Sub(launched).Round(time.Millisecond), placed.Sub(up).Round(time.Millisecond))
 		})
 	}
+}
+
+// benchShardConfig is the configuration of a shard benchmark's fleet: -bench.shards shards
+// in forward mode, on a store of -bench.store started for t.
+func benchShardConfig(t *testing.T) Config {
+	cfg := Config{Follower: "forward", Shards: *benchShards}
+	switch *benchStore {
+	case "etcd":
+		cfg.Endpoints = etcdtest.Start(t, 1).Endpoints()
+	case "postgres":
+		cfg.Store = map[string]any{"module": "postgres", "dsn": pgtest.Start(t).DSN()}
+	default:
+		t.Fatalf("-bench.store %q: use etcd or postgres", *benchStore)
+	}
+	return cfg
 }
