@@ -10,12 +10,13 @@ import (
 	"github.com/caddyleader/caddy-leader/internal/testkit/pgtest"
 )
 
-// TestGroupWatchReadsWhatNotificationsName: between the whole reads of a group's keys (one
-// a poll interval at most: an hour here, so none), the group's watches learn of a change by
-// reading the keys its notifications name, and of a beacon by reading the held keys'
-// leases. A write and a delete by hand, a beacon and a lease deleted by hand each reach the
-// watches of the keys they change, and until the lease goes (its 64 keys' deletes are
-// more than a quarter of the group) no read of the whole group is made.
+// TestGroupWatchReadsWhatNotificationsName: between the whole reads of a group's keys
+// (every 10 s, or every poll interval if longer: an hour here, so none), the group's
+// watches learn of a change by reading the keys its notifications name, and of a beacon
+// by reading the held keys' leases. A write and a delete by hand, a beacon and a lease
+// deleted by hand each reach the watches of the keys they change, and until the lease
+// goes (its 64 keys' deletes are more than a quarter of the group) no read of the whole
+// group is made.
 func TestGroupWatchReadsWhatNotificationsName(t *testing.T) {
 	server := pgtest.Start(t)
 	server.Exec(t, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
