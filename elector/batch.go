@@ -155,3 +155,54 @@ func UpdateEach(ctx context.Context, updates []KeyUpdate, parallel int, update f
 	wg.Wait()
 	return out
 }
+
+// ReadBatcher is what a store adds to Backend to read many elections in one request. A
+// shard set's shards read at the same moments: at a start, every shard this instance is
+// not preferred for reads its key before it yields, and every shard it wins reads its
+// failsafe roster before it admits (twice: to prove no older term rides a failsafe, and
+// to retire the roster). One request per shard made a cold start of 4,096 shards take
+// three times as long as the proof it waits for (BENCHMARKS.md §12).
+//
+// Each call is the batched form of the Backend call it names: for every election, the
+// answer that call would have given at some moment between the call's start and its end.
+// A batch need not be read at one moment (etcd splits it over requests). A batch names
+// each election at most once.
+type ReadBatcher interface {
+	// ObserveAll is Observe for each of elections; the observations come in their order.
+	ObserveAll(ctx context.Context, elections []string) ([]Observation, error)
+	// HistoryAll is History for each of elections, in their order.
+	HistoryAll(ctx context.Context, elections []string) ([][][]byte, error)
+}
+
+// BatchedReads is b's ReadBatcher: b itself when its store batches reads, or else one that
+// makes one Backend call per election.
+func BatchedReads(b Backend) ReadBatcher {
+	if rb, ok := b.(ReadBatcher); ok {
+		return rb
+	}
+	return oneByOne{b}
+}
+
+func (o oneByOne) ObserveAll(ctx context.Context, elections []string) ([]Observation, error) {
+	return ReadEach(ctx, elections, o.b.Observe)
+}
+
+func (o oneByOne) HistoryAll(ctx context.Context, elections []string) ([][][]byte, error) {
+	return ReadEach(ctx, elections, o.b.History)
+}
+
+// ReadEach calls read (a Backend's Observe or History, say) for each of elections, one
+// after the other, and stops at the first error: a ReadBatcher's way with a store that
+// reads one election per request.
+func ReadEach[Out any](ctx context.Context, elections []string, read func(context.Context, string) (Out, error)) ([]Out, error) {
+	out := make([]Out, len(elections))
+	for i, name := range elections {
+		var err error
+		if out[i], err = read(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+var _ ReadBatcher = oneByOne{}

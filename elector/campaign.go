@@ -53,6 +53,13 @@ func (e *Election) pass(ctx context.Context, retry *backoff) (*follower, error) 
 		return nil, errLoopOver
 	}
 	e.lastLease = l
+	// This pass reads the key, which is what a resync asks for: one asked before (a
+	// placement set before Start, say) must not end the follow this pass starts. It made
+	// every shard of a set claim its key a second time right after winning it.
+	select {
+	case <-e.resync:
+	default:
+	}
 	e.announce(ctx, l)
 	obs, heldOffRead, err := e.read(ctx, l)
 	if err != nil {
@@ -93,9 +100,7 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 	vacated := e.vacated
 	e.vacated = nil
 	if _, held := e.heldOff(); held || e.c.Priority() == 0 || e.failsafeHolding() {
-		rctx, cancel := e.request(ctx, e.c.requestTimeout)
-		defer cancel()
-		obs, err := e.c.cfg.Backend.Observe(rctx, e.name)
+		obs, err := e.readKey(ctx)
 		return obs, held, err
 	}
 	if m := e.shared.Load(); m != nil {
@@ -105,8 +110,9 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 	// and the read of the registry that a yield needs would be one more store round trip
 	// in the handover.
 	if !e.transferTarget() {
-		if obs, taken := e.yieldToHigher(ctx, vacated); taken {
-			return obs, false, nil
+		obs, taken, err := e.yieldToHigher(ctx, vacated)
+		if err != nil || taken {
+			return obs, false, err
 		}
 	}
 	campaign := e.c.cfg.Backend.Campaign

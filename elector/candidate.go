@@ -113,7 +113,6 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 	}
 	c := &Candidate{
 		cfg:       cfg,
-		batches:   newStoreBatches(cfg.Backend),
 		now:       cfg.Now,
 		leaseWake: make(chan struct{}),
 		elections: make(map[string]*Election),
@@ -122,6 +121,7 @@ func NewCandidate(cfg Config) (*Candidate, error) {
 		requestTimeout: max(time.Second, cfg.TTL/3),
 		boot:           newNonce(),
 	}
+	c.batches = newStoreBatches(cfg.Backend, c.requestTimeout)
 	if c.now == nil {
 		c.now, c.realClock = time.Now, true
 	}

@@ -371,9 +371,7 @@ func rosterElection(election string) string { return election + "/failsafe-roste
 
 // latestRoster reads the roster of the newest term from the store; nil when there is none.
 func (e *Election) latestRoster(ctx context.Context) (*fsRoster, error) {
-	rctx, cancel := e.request(ctx, e.c.requestTimeout)
-	defer cancel()
-	entries, err := e.c.cfg.Backend.History(rctx, rosterElection(e.name))
+	entries, err := e.readHistory(ctx, rosterElection(e.name))
 	if err != nil {
 		return nil, err
 	}

@@ -279,6 +279,7 @@ func (e *Election) proveNoFailsafe(p *proof) {
 			continue
 		}
 		if r == nil || !r.couldRide() {
+			p.noRoster.Store(r == nil || len(r.Members) == 0)
 			p.failsafeProven()
 			return
 		}
@@ -389,6 +390,9 @@ func (e *Election) retireRoster(t *Term) {
 			return
 		}
 	}
+	if e.provenWithoutRoster(t) {
+		return
+	}
 	r, err := e.latestRoster(t.end)
 	if err != nil || r == nil || len(r.Members) == 0 || r.Token >= t.Token {
 		return
@@ -399,4 +403,15 @@ func (e *Election) retireRoster(t *Term) {
 	if err := e.c.cfg.Backend.AppendHistory(rctx, rosterElection(e.name), entry, rostersKept); err != nil && t.end.Err() == nil {
 		e.c.storeFailed("failsafe roster", err)
 	}
+}
+
+// provenWithoutRoster reports whether term t's failsafe proof read the store's rosters
+// after t was won and found none with members: then there is nothing to retire, and
+// retireRoster need not read them again (a shard set's start would read thousands twice).
+// A roster an older term wrote since is left to a later winner's proof to fence, as is
+// any roster retireRoster does not replace.
+func (e *Election) provenWithoutRoster(t *Term) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.own.token == t.Token && e.own.proof != nil && e.own.proof.noRoster.Load()
 }

@@ -3,6 +3,7 @@ package elector
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -25,6 +26,12 @@ type groupCommit[In, Out any] struct {
 	// say); election names the election of a call, which a batch holds at most once.
 	joins    func(first, next In) bool
 	election func(In) string
+	// timeout, if set, bounds each request from the moment it is sent, alone or in a
+	// batch, and the callers' contexts only how long they wait: a caller that waited for
+	// the batches before its own would otherwise give up on a request that was never
+	// late, and ask again, on a store already slow. Without it, a batch lasts until the
+	// latest of its callers' deadlines.
+	timeout time.Duration
 
 	mu      sync.Mutex
 	busy    bool // a call or a batch is on its way
@@ -48,7 +55,12 @@ func (g *groupCommit[In, Out]) call(ctx context.Context, in In) (Out, error) {
 	if !g.busy {
 		g.busy = true
 		g.mu.Unlock()
-		out, err := g.single(ctx, in)
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if g.timeout > 0 {
+			rctx, cancel = context.WithTimeout(ctx, g.timeout)
+		}
+		out, err := g.single(rctx, in)
+		cancel()
 		g.next()
 		return out, err
 	}
@@ -90,13 +102,22 @@ func (g *groupCommit[In, Out]) flush() {
 		batch, rest := g.take(g.pending)
 		g.pending = rest
 		g.mu.Unlock()
-		g.send(batch)
+		if len(batch) > 0 {
+			g.send(batch)
+		}
 	}
 }
 
 // take splits off the first batch of pending: the calls that join the first one, each
-// election once, in the order they came; the rest wait.
+// election once, in the order they came; the rest wait. A call whose caller gave up (its
+// context ended) is dropped unsent: the caller took it as a request whose answer was
+// lost, which it may be, and asks again if it still wants to. Sent, such calls would
+// crowd out the ones asked again: a start whose batches were slow piled up hundreds.
 func (g *groupCommit[In, Out]) take(pending []*pendingCall[In, Out]) (batch, rest []*pendingCall[In, Out]) {
+	pending = slices.DeleteFunc(pending, func(p *pendingCall[In, Out]) bool { return p.ctx.Err() != nil })
+	if len(pending) == 0 {
+		return nil, nil
+	}
 	first := pending[0].in
 	seen := make(map[string]bool, len(pending))
 	for _, p := range pending {
@@ -111,11 +132,15 @@ func (g *groupCommit[In, Out]) take(pending []*pendingCall[In, Out]) (batch, res
 	return batch, rest
 }
 
-// send makes one batch, under a context that lasts until the latest of its callers'
-// deadlines (a caller whose own context ends sooner has returned already).
+// send makes one batch, under a context that lasts for the timeout, or else until the
+// latest of its callers' deadlines (a caller whose own context ends sooner has returned
+// already).
 func (g *groupCommit[In, Out]) send(batch []*pendingCall[In, Out]) {
 	ctx, cancel := context.WithCancel(context.Background())
-	if latest, ok := latestDeadline(batch); ok {
+	if g.timeout > 0 {
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), g.timeout)
+	} else if latest, ok := latestDeadline(batch); ok {
 		cancel()
 		ctx, cancel = context.WithDeadline(context.Background(), latest)
 	}

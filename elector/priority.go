@@ -82,7 +82,8 @@ func priorityStep(ttl time.Duration) time.Duration {
 // campaigns at once, having nobody to count.
 //
 // A yield that follows a vacancy its watch showed (vacated) watches from there instead of
-// reading the key again.
+// reading the key again. A shard of a set that saw no vacancy waits first and reads then
+// (waitThenRead); its failed read is the one error yieldToHigher returns.
 //
 // The election's view of the registry answers whether anyone ranks higher, without a store
 // request. One that does yield reads the registry to count (but a shard of a set, whose
@@ -90,15 +91,15 @@ func priorityStep(ttl time.Duration) time.Duration {
 // every candidate then counts the registry as the store has it after the vacancy, not in
 // views that each may lag it differently (a leader that stays out after its release says
 // so before it: announceStandingOut).
-func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Observation, bool) {
+func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Observation, bool, error) {
 	skip := e.lastHolderOfPlaced()
 	list, err := e.knownCandidates(ctx)
 	if err != nil {
-		return Observation{}, false
+		return Observation{}, false, nil
 	}
 	higher := e.higher(list, skip)
 	if higher == 0 {
-		return Observation{}, false
+		return Observation{}, false, nil
 	}
 	// A shard of a set counts from its set's view while the view's watch is live: the
 	// set's thousands of shards would otherwise read the registry back to back, and on
@@ -109,7 +110,11 @@ func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Obs
 		}
 	}
 	if higher == 0 {
-		return Observation{}, false
+		return Observation{}, false, nil
+	}
+	wait := time.Duration(higher) * priorityStep(e.c.cfg.TTL)
+	if vacated == nil && e.shared.Load() != nil {
+		return e.waitThenRead(ctx, wait)
 	}
 	// The vacancy this instance's watch just showed is as good as a read: the watch
 	// from there shows whoever takes the key since.
@@ -117,17 +122,14 @@ func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Obs
 	if vacated != nil {
 		obs = *vacated
 	} else {
-		rctx, cancel := e.request(ctx, e.c.requestTimeout)
-		obs, err = e.c.cfg.Backend.Observe(rctx, e.name)
-		cancel()
+		obs, err = e.readKey(ctx)
 		if err == nil && obs.Holder != nil {
-			return obs, true
+			return obs, true, nil
 		}
 	}
-	wait := time.Duration(higher) * priorityStep(e.c.cfg.TTL)
 	if err != nil {
 		sleepCtx(ctx, wait)
-		return Observation{}, false
+		return Observation{}, false, nil
 	}
 	// The yield watches the key: the moment one that ranks higher takes it, this candidate
 	// knows its leader (a request it forwards waits for that), instead of up to a step per
@@ -139,11 +141,27 @@ func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Obs
 			break
 		}
 		if o.Holder != nil {
-			return o, true
+			return o, true, nil
 		}
 	}
 	<-wctx.Done()
-	return Observation{}, false
+	return Observation{}, false, nil
+}
+
+// waitThenRead is the yield of a shard of a set that saw no vacancy (its set's start, or
+// a pass after an error): it waits first and reads the key then, instead of reading it and
+// watching it for the wait. At a set's start, every instance has thousands of such shards,
+// and their reads, at the moment the preferred owners claim their shards and prove them,
+// made those requests time out; a moment later, most keys are held, and the read finds
+// the holder to follow. A read that fails fails the pass, which reads again after a
+// backoff: a campaign in its place would be a write, which the store serializes, of a
+// key most likely held (at a start, thousands of them were what kept the store slow).
+func (e *Election) waitThenRead(ctx context.Context, wait time.Duration) (Observation, bool, error) {
+	if !sleepCtx(ctx, wait) {
+		return Observation{}, false, ctx.Err()
+	}
+	obs, err := e.readKey(ctx)
+	return obs, err == nil && obs.Holder != nil, err
 }
 
 // higher counts the live, healthy candidates of list, other than this one and skip, that

@@ -3,6 +3,7 @@ package elector
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -45,7 +46,10 @@ type proof struct {
 	owesFailsafe  bool
 	// reason is why the heartbeat obligation was discharged, for the published Term.
 	reason string
-	proven chan struct{} // closed once nothing is owed
+	// noRoster is set when the failsafe proof found no roster with members in the
+	// store: the term has nothing to retire (retireRoster).
+	noRoster atomic.Bool
+	proven   chan struct{} // closed once nothing is owed
 }
 
 // newProof returns the proof of term fenceAs, which owes a heartbeat proof for the term

@@ -57,3 +57,27 @@ func takeTurn(ctx context.Context, timeout time.Duration, turns chan struct{}) (
 		once.Do(func() { <-turns })
 	}
 }
+
+// readKey is Backend.Observe of e's key. A shard's read goes in a batch with the reads its
+// set asks meanwhile, where the store batches reads, and then takes no turn.
+func (e *Election) readKey(ctx context.Context) (Observation, error) {
+	return batchedRead(e, ctx, e.name, &e.c.batches.observes)
+}
+
+// readHistory is Backend.History of election (e's own or one of its companions, such as
+// its failsafe roster), batched as readKey is.
+func (e *Election) readHistory(ctx context.Context, election string) ([][]byte, error) {
+	return batchedRead(e, ctx, election, &e.c.batches.histories)
+}
+
+// batchedRead reads election through reads: in a batch for a shard of a set, where the
+// store batches them (the batch's request is bounded, not the wait for it); else alone,
+// on the shard's turn if it has turns.
+func batchedRead[Out any](e *Election, ctx context.Context, election string, reads *groupCommit[string, Out]) (Out, error) {
+	if e.shared.Load() != nil && reads.batch != nil {
+		return reads.call(ctx, election)
+	}
+	rctx, cancel := e.request(ctx, e.c.requestTimeout)
+	defer cancel()
+	return reads.single(rctx, election)
+}

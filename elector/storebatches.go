@@ -1,14 +1,20 @@
 package elector
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // storeBatches are a candidate's store calls that go in batches where the store has a
 // Batcher (groupCommit): the releases of its elections (a shard set's SIGTERM hands
 // hundreds of shards over at once), and, where the store is a ClaimBatcher, the claims of
-// a set's shards (a set's start claims hundreds at once).
+// a set's shards (a set's start claims hundreds at once); where it is a ReadBatcher, a
+// set's reads of its keys and failsafe rosters (a start reads thousands at once).
 type storeBatches struct {
-	releases groupCommit[releaseCall, struct{}]
-	claims   groupCommit[claimCall, Observation]
+	releases  groupCommit[releaseCall, struct{}]
+	claims    groupCommit[claimCall, Observation]
+	observes  groupCommit[string, Observation]
+	histories groupCommit[string, [][]byte]
 }
 
 type releaseCall struct {
@@ -22,7 +28,7 @@ type claimCall struct {
 	lease LeaseID
 }
 
-func newStoreBatches(b Backend) *storeBatches {
+func newStoreBatches(b Backend, readTimeout time.Duration) *storeBatches {
 	s := &storeBatches{
 		releases: groupCommit[releaseCall, struct{}]{
 			single: func(ctx context.Context, r releaseCall) (struct{}, error) {
@@ -31,6 +37,8 @@ func newStoreBatches(b Backend) *storeBatches {
 			joins:    func(first, next releaseCall) bool { return next.lease == first.lease && next.why == first.why },
 			election: func(r releaseCall) string { return r.term.Election },
 		},
+		observes:  readCommit(b.Observe, readTimeout),
+		histories: readCommit(b.History, readTimeout),
 		claims: groupCommit[claimCall, Observation]{
 			single: func(ctx context.Context, c claimCall) (Observation, error) {
 				return b.Campaign(ctx, c.claim.Election, c.claim.Value, c.lease)
@@ -38,6 +46,9 @@ func newStoreBatches(b Backend) *storeBatches {
 			joins:    func(first, next claimCall) bool { return next.lease == first.lease },
 			election: func(c claimCall) string { return c.claim.Election },
 		},
+	}
+	if rb, ok := b.(ReadBatcher); ok {
+		s.observes.batch, s.histories.batch = rb.ObserveAll, rb.HistoryAll
 	}
 	if bb, ok := b.(Batcher); ok {
 		s.releases.batch = func(ctx context.Context, rs []releaseCall) ([]struct{}, error) {
@@ -72,4 +83,15 @@ func (s *storeBatches) batchesClaims() bool { return s.claims.batch != nil }
 // claim is Backend.Campaign, batched with the claims asked for meanwhile.
 func (s *storeBatches) claim(ctx context.Context, election string, value []byte, lease LeaseID) (Observation, error) {
 	return s.claims.call(ctx, claimCall{claim: Claim{Election: election, Value: value}, lease: lease})
+}
+
+// readCommit is the groupCommit of a read of one election's key or history (read), each
+// request bounded by timeout from when it is sent: any two reads may share a batch.
+func readCommit[Out any](read func(context.Context, string) (Out, error), timeout time.Duration) groupCommit[string, Out] {
+	return groupCommit[string, Out]{
+		single:   read,
+		joins:    func(string, string) bool { return true },
+		election: func(name string) string { return name },
+		timeout:  timeout,
+	}
 }

@@ -19,30 +19,34 @@ import (
 const batchElections = 100
 
 // CampaignAll implements elector.Batcher: Campaign's transaction for each claim, nested,
-// batchElections to a request (one unconditional transaction, see commit).
+// batchElections to a request (one unconditional transaction, see commit), several
+// requests at once (inChunks).
 func (b *Backend) CampaignAll(ctx context.Context, claims []elector.Claim, lease elector.LeaseID) ([]elector.Observation, error) {
 	cli, err := b.client(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]elector.Observation, 0, len(claims))
-	for chunk := range slices.Chunk(claims, batchElections) {
+	out := make([]elector.Observation, len(claims))
+	err = inChunks(len(claims), func(start, end int) error {
+		chunk := claims[start:end]
 		ops := make([]clientv3.Op, len(chunk))
 		for i, c := range chunk {
 			ops[i] = clientv3.OpTxn(b.campaignTxn(c.Election, c.Value, lease))
 		}
 		resp, at, err := b.commit(ctx, cli, nil, ops, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for i, c := range chunk {
 			sub := resp.Responses[i].GetResponseTxn()
-			o, err := b.campaigned(at, c.Election, c.Value, lease, resp.Header.Revision, sub.GetSucceeded(), sub.GetResponses())
-			if err != nil {
-				return nil, err
+			if out[start+i], err = b.campaigned(at, c.Election, c.Value, lease, resp.Header.Revision, sub.GetSucceeded(), sub.GetResponses()); err != nil {
+				return err
 			}
-			out = append(out, o)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

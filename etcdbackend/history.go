@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -78,9 +79,14 @@ func (b *Backend) History(ctx context.Context, election string) ([][]byte, error
 	if err := b.checked(at, get.Header); err != nil {
 		return nil, err
 	}
+	return decodeHistory(election, get.Kvs)
+}
+
+// decodeHistory is the history of election that a read of its history key found in kvs.
+func decodeHistory(election string, kvs []*mvccpb.KeyValue) ([][]byte, error) {
 	list := [][]byte{}
-	if len(get.Kvs) > 0 {
-		if err := json.Unmarshal(get.Kvs[0].Value, &list); err != nil {
+	if len(kvs) > 0 {
+		if err := json.Unmarshal(kvs[0].Value, &list); err != nil {
 			return nil, fmt.Errorf("the history of election %q is not what this plugin writes: %v", election, err)
 		}
 	}

@@ -212,6 +212,45 @@ type reading struct {
 // revision comes from the sequence, so each read's is higher than any revision before it.
 func (b *Backend) read(ctx context.Context, election string, lease elector.LeaseID) (reading, error) {
 	m := b.mark(election)
+	var name string
+	r, err := scanReading(b.pool.QueryRow(ctx, b.readSQL(b.groups.Of(election) != nil, false), election, int64(lease)), &name)
+	if err != nil {
+		return reading{}, b.describe(err)
+	}
+	return b.checkedReading(m, election, r)
+}
+
+// readSQL is the statement of read, whose arguments are the election and the lease, or,
+// with many, of a read of the keys of many elections (an array) and lease 0, a row each.
+// Its first column names the election. grouped says whether the elections are in a group.
+func (b *Backend) readSQL(grouped, many bool) string {
+	// A grouped key was last written by its own write or its lease's beacon, whichever
+	// came last (beacon.go), whether or not this backend writes beacons itself.
+	keyRev, vacatedRev := "e.rev", "v.rev"
+	if grouped {
+		keyRev = fmt.Sprintf("GREATEST(e.rev, (SELECT %s FROM %s lb WHERE lb.id = e.lease))", b.beatOf("lb"), b.names.leases)
+		vacatedRev = fmt.Sprintf("GREATEST(v.rev, %s)", b.beatOf("v"))
+	}
+	names := "(VALUES ($1::text)) AS n (name)"
+	if many {
+		names = "unnest($1::text[]) AS n (name)"
+	}
+	return fmt.Sprintf(`
+SELECT n.name, %[3]s(), e.value, e.lease, e.token, %[5]s, l.id IS NOT NULL,
+	extract(epoch FROM l.expires_at - clock_timestamp())::float8,
+	EXISTS (SELECT 1 FROM %[2]s WHERE id = $2 AND expires_at > clock_timestamp()),
+	v.value, v.lease, v.token, %[6]s,
+	CASE WHEN l.id IS NULL THEN %[3]s() END
+FROM %[7]s
+LEFT JOIN %[1]s e ON e.name = n.name
+LEFT JOIN %[2]s l ON l.id = e.lease AND l.expires_at > clock_timestamp()
+LEFT JOIN %[4]s v ON v.name = n.name AND e.name IS NULL`,
+		b.names.elections, b.names.leases, b.names.next, b.names.vacated, keyRev, vacatedRev, names)
+}
+
+// scanReading turns a row of readSQL's statement into a reading; the row's election goes
+// to name.
+func scanReading(row pgx.Row, name *string) (reading, error) {
 	var (
 		rev                  int64
 		value, lastValue     []byte
@@ -221,28 +260,10 @@ func (b *Backend) read(ctx context.Context, election string, lease elector.Lease
 		remainingSec         *float64
 		live, alive          bool
 	)
-	// A grouped key was last written by its own write or its lease's beacon, whichever
-	// came last (beacon.go), whether or not this backend writes beacons itself.
-	keyRev, vacatedRev := "e.rev", "v.rev"
-	if b.groups.Of(election) != nil {
-		keyRev = fmt.Sprintf("GREATEST(e.rev, (SELECT %s FROM %s lb WHERE lb.id = e.lease))", b.beatOf("lb"), b.names.leases)
-		vacatedRev = fmt.Sprintf("GREATEST(v.rev, %s)", b.beatOf("v"))
-	}
-	err := b.pool.QueryRow(ctx, fmt.Sprintf(`
-SELECT %[3]s(), e.value, e.lease, e.token, %[5]s, l.id IS NOT NULL,
-	extract(epoch FROM l.expires_at - clock_timestamp())::float8,
-	EXISTS (SELECT 1 FROM %[2]s WHERE id = $2 AND expires_at > clock_timestamp()),
-	v.value, v.lease, v.token, %[6]s,
-	CASE WHEN l.id IS NULL THEN %[3]s() END
-FROM (VALUES (1)) AS one (x)
-LEFT JOIN %[1]s e ON e.name = $1
-LEFT JOIN %[2]s l ON l.id = e.lease AND l.expires_at > clock_timestamp()
-LEFT JOIN %[4]s v ON v.name = $1 AND e.name IS NULL`,
-		b.names.elections, b.names.leases, b.names.next, b.names.vacated, keyRev, vacatedRev), election, int64(lease)).
-		Scan(&rev, &value, &holder, &tok, &rowRev, &live, &remainingSec, &alive,
-			&lastValue, &lastLease, &lastToken, &lastRev, &vacantRev)
+	err := row.Scan(name, &rev, &value, &holder, &tok, &rowRev, &live, &remainingSec, &alive,
+		&lastValue, &lastLease, &lastToken, &lastRev, &vacantRev)
 	if err != nil {
-		return reading{}, b.describe(err)
+		return reading{}, err
 	}
 	r := reading{obs: elector.Observation{Revision: rev}, leaseAlive: alive}
 	switch {
@@ -250,7 +271,7 @@ LEFT JOIN %[4]s v ON v.name = $1 AND e.name IS NULL`,
 		r.obs.Holder = &elector.Holder{Value: value, Lease: elector.LeaseID(*holder), Token: *tok}
 		r.remaining = time.Duration(max(0, *remainingSec) * float64(time.Second))
 		r.rowRev = *rowRev
-		return r, b.checkFence(m, election, rev, r.obs.Holder)
+		return r, nil
 	case holder != nil: // the row is still there, its lease expired
 		r.last = &elector.Holder{Value: value, Lease: elector.LeaseID(*holder), Token: *tok}
 		r.rowRev = *rowRev
@@ -261,6 +282,16 @@ LEFT JOIN %[4]s v ON v.name = $1 AND e.name IS NULL`,
 	// Both revisions come from one statement; which of the two the server computed
 	// first does not matter, only that the vacancy gets the higher.
 	r.lastAt, r.obs.Revision = min(rev, *vacantRev), max(rev, *vacantRev)
+	return r, nil
+}
+
+// checkedReading is r, a reading of election by a statement sent after m, once its
+// revision is checked against the fence (checkFence): of the holder's write when held,
+// of the last write before the vacancy when vacant.
+func (b *Backend) checkedReading(m fenceMark, election string, r reading) (reading, error) {
+	if r.obs.Holder != nil {
+		return r, b.checkFence(m, election, r.obs.Revision, r.obs.Holder)
+	}
 	return r, b.checkFence(m, election, r.lastAt, nil)
 }
 

@@ -22,6 +22,7 @@ func RunBatch(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"batch_expire_only_keys_unwritten_since", batchExpireUnwritten},
 		{"batch_campaign_needs_a_live_lease", batchNeedsLease},
 		{"batch_update_answers_each_key", batchUpdateEach},
+		{"batch_reads_answer_each_key_and_history", batchReadsEach},
 	})
 }
 
@@ -384,4 +385,65 @@ func batchUpdateEach(t *testing.T, h *harness) {
 			t.Errorf("%s: holder %+v after UpdateAll; want term %d with %q", names[i], now, terms[i].Token, updates[i].Value)
 		}
 	}
+}
+
+// batchReadsEach: ObserveAll and HistoryAll give, for each election of a batch larger than
+// one request, what Observe and History give: held and vacant keys, with and without a
+// history, one election's answer never another's.
+func batchReadsEach(t *testing.T, h *harness) {
+	a, la, ttl := h.client()
+	h.keepAlive(a, la, ttl)
+	n := batchSize
+	if _, batches := a.(elector.ReadBatcher); !batches {
+		n = 20 // one request per election, as in batchLarge
+	}
+	names := h.elections(n)
+	var held []string
+	for i, name := range names {
+		if i%3 == 0 {
+			held = append(held, name)
+		}
+		if i%4 == 0 {
+			if err := a.AppendHistory(h.ctx(), name, []byte("entry of "+name), 4); err != nil {
+				t.Fatalf("AppendHistory(%s): %v", name, err)
+			}
+		}
+	}
+	h.winAll(a, la, "a", held)
+	reads := elector.BatchedReads(a)
+	obs, err := reads.ObserveAll(h.ctx(), names)
+	if err != nil || len(obs) != n {
+		t.Fatalf("ObserveAll of %d: %d observations, %v", n, len(obs), err)
+	}
+	histories, err := reads.HistoryAll(h.ctx(), names)
+	if err != nil || len(histories) != n {
+		t.Fatalf("HistoryAll of %d: %d histories, %v", n, len(histories), err)
+	}
+	for i, name := range names {
+		single := h.holderOf(a, name)
+		switch got := obs[i].Holder; {
+		case (got == nil) != (single == nil):
+			t.Errorf("%s: ObserveAll reports holder %+v, Observe %+v", name, got, single)
+		case got != nil && (got.Lease != single.Lease || got.Token != single.Token || string(got.Value) != string(single.Value)):
+			t.Errorf("%s: ObserveAll reports holder %+v, Observe %+v", name, got, single)
+		case (i%3 == 0) != (got != nil):
+			t.Errorf("%s: ObserveAll reports holder %+v; held: %v", name, got, i%3 == 0)
+		}
+		if got, want := fmt.Sprintf("%q", histories[i]), fmt.Sprintf("%q", h.history(a, name)); got != want {
+			t.Errorf("%s: HistoryAll gives %s, History %s", name, got, want)
+		}
+		if i%4 == 0 && (len(histories[i]) != 1 || string(histories[i][0]) != "entry of "+name) {
+			t.Errorf("%s: HistoryAll gives %q; want its one entry", name, histories[i])
+		}
+	}
+}
+
+// history reads election's history on b.
+func (h *harness) history(b elector.Backend, election string) [][]byte {
+	h.t.Helper()
+	list, err := b.History(h.ctx(), election)
+	if err != nil {
+		h.t.Fatalf("History(%s): %v", election, err)
+	}
+	return list
 }

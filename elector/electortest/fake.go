@@ -550,6 +550,11 @@ func (c *Client) campaign(ctx context.Context, election string, value []byte, le
 // Observe implements elector.Backend.
 func (c *Client) Observe(ctx context.Context, election string) (elector.Observation, error) {
 	c.count("Observe")
+	return c.observe(ctx, election)
+}
+
+// observe is Observe, uncounted.
+func (c *Client) observe(ctx context.Context, election string) (elector.Observation, error) {
 	if err := c.lock(ctx); err != nil {
 		return elector.Observation{}, err
 	}
@@ -855,6 +860,11 @@ func (c *Client) AppendHistory(ctx context.Context, election string, entry []byt
 // History implements elector.Backend.
 func (c *Client) History(ctx context.Context, election string) ([][]byte, error) {
 	c.count("History")
+	return c.history(ctx, election)
+}
+
+// history is History, uncounted.
+func (c *Client) history(ctx context.Context, election string) ([][]byte, error) {
 	if err := c.lock(ctx); err != nil {
 		return nil, err
 	}

@@ -54,6 +54,18 @@ func (c BatchingClient) ExpireAll(ctx context.Context, terms []elector.HeldTerm)
 	return out, nil
 }
 
+// ObserveAll implements elector.ReadBatcher.
+func (c BatchingClient) ObserveAll(ctx context.Context, elections []string) ([]elector.Observation, error) {
+	c.count("ObserveAll")
+	return elector.ReadEach(ctx, elections, c.observe)
+}
+
+// HistoryAll implements elector.ReadBatcher.
+func (c BatchingClient) HistoryAll(ctx context.Context, elections []string) ([][][]byte, error) {
+	c.count("HistoryAll")
+	return elector.ReadEach(ctx, elections, c.history)
+}
+
 // UpdateAll implements elector.HeartbeatBatcher: one call, each update applied as Update
 // applies it (its failures, set with Fail("Update"), included).
 func (c BatchingClient) UpdateAll(ctx context.Context, updates []elector.KeyUpdate) []elector.UpdateResult {

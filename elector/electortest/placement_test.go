@@ -423,6 +423,36 @@ func TestShardSetClaimsInBatches(t *testing.T) {
 	}
 }
 
+// A set's shards read their keys (those an instance is not preferred for, before they
+// follow) in a few batches where the store batches reads, not one request per shard: at a
+// start, every instance reads thousands at the same moment. (Their failsafe rosters go
+// the same way: Election.readHistory.)
+func TestShardSetReadsInBatches(t *testing.T) {
+	f, store := batchingPair(t)
+	defer f.checkOverlaps(t)()
+	f.settledOn([]string{"node-a", "node-b"}, 20*time.Second)
+	calls := store.Calls()
+	single, batches := calls["Observe"], calls["ObserveAll"]
+	t.Logf("keys read in %d single reads and %d batches for %d shards on 2 instances", single, batches, f.shards)
+	if batches == 0 || single+batches > int64(f.shards)/4 {
+		t.Errorf("keys read in %d requests (%d alone, %d batches) for %d shards on 2 instances; want them batched", single+batches, single, batches, f.shards)
+	}
+}
+
+// A set's shards each claim their key once at a start. A shard's placement, set before
+// Start, asks its campaign loop to read the key again, and the loop's first pass is that
+// read: it must not end the follow of the key the pass has just won and claim it a second
+// time (every shard did, which doubled the writes a set's start sends to the store).
+func TestShardSetClaimsEachKeyOnceAtAStart(t *testing.T) {
+	f := &placedFleet{t: t, store: NewStore(), shards: 64, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{}}
+	defer f.checkOverlaps(t)()
+	f.join("node-a", 4)
+	f.settledOn([]string{"node-a"}, 20*time.Second)
+	if claims := f.store.Calls()["Campaign"]; claims != int64(f.shards) {
+		t.Errorf("%d shards won with %d claims; want one claim each", f.shards, claims)
+	}
+}
+
 // A set's held shards send their heartbeats in one request per renewal where the store
 // batches them (elector.HeartbeatBatcher), not a request, a loop and a timer per shard; a
 // shard still stops admitting when its own heartbeat deadline passes.
