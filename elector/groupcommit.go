@@ -32,6 +32,10 @@ type groupCommit[In, Out any] struct {
 	// late, and ask again, on a store already slow. Without it, a batch lasts until the
 	// latest of its callers' deadlines.
 	timeout time.Duration
+	// most, if set, bounds how many calls one batch carries; the rest wait for the next.
+	// A batch's request must fit its timeout on a loaded store: a set's start asks
+	// thousands of reads at once, and one batch of them all never did.
+	most int
 
 	mu      sync.Mutex
 	busy    bool // a call or a batch is on its way
@@ -109,7 +113,7 @@ func (g *groupCommit[In, Out]) flush() {
 }
 
 // take splits off the first batch of pending: the calls that join the first one, each
-// election once, in the order they came; the rest wait. A call whose caller gave up (its
+// election once, at most most of them, in the order they came; the rest wait. A call whose caller gave up (its
 // context ended) is dropped unsent: the caller took it as a request whose answer was
 // lost, which it may be, and asks again if it still wants to. Sent, such calls would
 // crowd out the ones asked again: a start whose batches were slow piled up hundreds.
@@ -122,7 +126,7 @@ func (g *groupCommit[In, Out]) take(pending []*pendingCall[In, Out]) (batch, res
 	seen := make(map[string]bool, len(pending))
 	for _, p := range pending {
 		name := g.election(p.in)
-		if !g.joins(first, p.in) || seen[name] {
+		if !g.joins(first, p.in) || seen[name] || g.most > 0 && len(batch) == g.most {
 			rest = append(rest, p)
 			continue
 		}

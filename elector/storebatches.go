@@ -93,5 +93,11 @@ func readCommit[Out any](read func(context.Context, string) (Out, error), timeou
 		joins:    func(string, string) bool { return true },
 		election: func(name string) string { return name },
 		timeout:  timeout,
+		most:     readsPerBatch,
 	}
 }
+
+// readsPerBatch is how many reads one batch carries at most: a few requests' worth on etcd
+// (100 gets each, 4 at once), one statement on PostgreSQL, each well within a request's
+// timeout on a loaded store.
+const readsPerBatch = 400
