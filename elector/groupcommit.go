@@ -113,10 +113,11 @@ func (g *groupCommit[In, Out]) flush() {
 }
 
 // take splits off the first batch of pending: the calls that join the first one, each
-// election once, at most most of them, in the order they came; the rest wait. A call whose caller gave up (its
-// context ended) is dropped unsent: the caller took it as a request whose answer was
-// lost, which it may be, and asks again if it still wants to. Sent, such calls would
-// crowd out the ones asked again: a start whose batches were slow piled up hundreds.
+// election once, at most most of them, in the order they came; the rest wait. A call
+// whose caller gave up (its context ended) is dropped unsent: the caller took it as a
+// request whose answer was lost, which it may be, and asks again if it still wants to.
+// Sent, such calls would crowd out the ones asked again: a start whose batches were slow
+// piled up hundreds.
 func (g *groupCommit[In, Out]) take(pending []*pendingCall[In, Out]) (batch, rest []*pendingCall[In, Out]) {
 	pending = slices.DeleteFunc(pending, func(p *pendingCall[In, Out]) bool { return p.ctx.Err() != nil })
 	if len(pending) == 0 {
