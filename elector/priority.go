@@ -82,8 +82,8 @@ func priorityStep(ttl time.Duration) time.Duration {
 // campaigns at once, having nobody to count.
 //
 // A yield that follows a vacancy its watch showed (vacated) watches from there instead of
-// reading the key again. A shard of a set that saw no vacancy waits first and reads then
-// (waitThenRead); its failed read is the one error yieldToHigher returns.
+// reading the key again. A shard of a set whose read fails returns that error, the one
+// yieldToHigher returns.
 //
 // The election's view of the registry answers whether anyone ranks higher, without a store
 // request. One that does yield reads the registry to count (but a shard of a set, whose
@@ -113,9 +113,6 @@ func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Obs
 		return Observation{}, false, nil
 	}
 	wait := time.Duration(higher) * priorityStep(e.c.cfg.TTL)
-	if vacated == nil && e.shared.Load() != nil {
-		return e.waitThenRead(ctx, wait)
-	}
 	// The vacancy this instance's watch just showed is as good as a read: the watch
 	// from there shows whoever takes the key since.
 	var obs Observation
@@ -128,6 +125,12 @@ func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Obs
 		}
 	}
 	if err != nil {
+		if e.shared.Load() != nil {
+			// A shard's failed read fails the pass, which reads again after a backoff: a
+			// campaign in its place would be a write, which the store serializes, of a
+			// key most likely held (at a set's start, thousands of them kept etcd slow).
+			return Observation{}, false, err
+		}
 		sleepCtx(ctx, wait)
 		return Observation{}, false, nil
 	}
@@ -146,22 +149,6 @@ func (e *Election) yieldToHigher(ctx context.Context, vacated *Observation) (Obs
 	}
 	<-wctx.Done()
 	return Observation{}, false, nil
-}
-
-// waitThenRead is the yield of a shard of a set that saw no vacancy (its set's start, or
-// a pass after an error): it waits first and reads the key then, instead of reading it and
-// watching it for the wait. At a set's start, every instance has thousands of such shards,
-// and their reads, at the moment the preferred owners claim their shards and prove them,
-// made those requests time out; a moment later, most keys are held, and the read finds
-// the holder to follow. A read that fails fails the pass, which reads again after a
-// backoff: a campaign in its place would be a write, which the store serializes, of a
-// key most likely held (at a start, thousands of them were what kept the store slow).
-func (e *Election) waitThenRead(ctx context.Context, wait time.Duration) (Observation, bool, error) {
-	if !sleepCtx(ctx, wait) {
-		return Observation{}, false, ctx.Err()
-	}
-	obs, err := e.readKey(ctx)
-	return obs, err == nil && obs.Holder != nil, err
 }
 
 // higher counts the live, healthy candidates of list, other than this one and skip, that
