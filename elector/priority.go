@@ -79,11 +79,12 @@ func priorityStep(ttl time.Duration) time.Duration {
 // key held: no campaign is needed. A store request that fails does not end the yield: a
 // failed read of the registry counts from the view, a failed read or watch of the key
 // waits the whole wait. Only a candidate with neither a view nor a registry read
-// campaigns at once, having nobody to count.
+// campaigns at once, having nobody to count. The one exception is a shard of a set whose
+// read of the key fails: it returns that error (the only one yieldToHigher returns), and
+// its pass reads again after a backoff rather than campaign, a write, blind.
 //
 // A yield that follows a vacancy its watch showed (vacated) watches from there instead of
-// reading the key again. A shard of a set whose read fails returns that error, the one
-// yieldToHigher returns.
+// reading the key again.
 //
 // The election's view of the registry answers whether anyone ranks higher, without a store
 // request. One that does yield reads the registry to count (but a shard of a set, whose
