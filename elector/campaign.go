@@ -115,26 +115,40 @@ func (e *Election) read(ctx context.Context, l *lease) (Observation, bool, error
 			return obs, false, err
 		}
 	}
+	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
+	e.mu.Lock()
+	e.campaign.rec, e.campaign.sent = rec, e.c.now()
+	e.mu.Unlock()
 	campaign := e.c.cfg.Backend.Campaign
 	var rctx context.Context
 	var cancel context.CancelFunc
 	if e.shared.Load() != nil && e.c.batches.batchesClaims() {
 		// A shard's claim goes in a batch with the claims its set asks meanwhile (one
-		// request for hundreds at a start) and takes no turn: the batches go one at a
-		// time. It counts as sent before it waits for its batch, so a term it wins starts
-		// its heartbeat deadline earlier, never later.
-		campaign = e.c.batches.claim
-		rctx, cancel = context.WithTimeout(ctx, e.c.requestTimeout)
+		// request for hundreds at a start or a SIGTERM) and takes no turn: the batches go
+		// one at a time, each bounded from its sending, so the claim waits for its
+		// batch's answer however long the batches before took. A term it wins counts its
+		// first heartbeat from the moment its batch was sent: before the store wrote the
+		// key, as a claim sent alone counts from before its request.
+		campaign = func(ctx context.Context, election string, value []byte, lease LeaseID) (Observation, error) {
+			return e.c.batches.claim(ctx, election, value, lease, func() { e.claimSending(rec) })
+		}
+		rctx, cancel = ctx, func() {}
 	} else {
 		rctx, cancel = e.request(ctx, e.c.requestTimeout) // after the yield, which may wait
 	}
 	defer cancel()
-	rec := Record{ID: e.c.cfg.ID, URL: e.c.cfg.URL, Since: time.Now(), MarkKey: newMarkKey(), TTL: l.granted}
-	e.mu.Lock()
-	e.campaign.rec, e.campaign.sent = rec, e.c.now()
-	e.mu.Unlock()
 	obs, err := campaign(rctx, e.name, rec.encode(), l.id)
 	return obs, false, err
+}
+
+// claimSending notes that the campaign for rec is being sent now: its term's first
+// heartbeat counts from here (see observe), not from before its wait for a batch.
+func (e *Election) claimSending(rec Record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.campaign.rec.MarkKey == rec.MarkKey {
+		e.campaign.sent = e.c.now()
+	}
 }
 
 type watchClosed struct{}

@@ -32,6 +32,10 @@ type groupCommit[In, Out any] struct {
 	// late, and ask again, on a store already slow. Without it, a batch lasts until the
 	// latest of its callers' deadlines.
 	timeout time.Duration
+	// sending, if set, is told of each call the moment its request is sent, alone or in a
+	// batch, before the store can have applied it: a claim's term counts its first
+	// heartbeat from there (see Election.read).
+	sending func(In)
 	// most, if set, bounds how many calls one batch carries; the rest wait for the next.
 	// A batch's request must fit its timeout on a loaded store: a set's start asks
 	// thousands of reads at once, and one batch of them all never did.
@@ -53,6 +57,7 @@ type pendingCall[In, Out any] struct {
 // call is single(ctx, in), batched with the calls asked for meanwhile.
 func (g *groupCommit[In, Out]) call(ctx context.Context, in In) (Out, error) {
 	if g.batch == nil {
+		g.sent(in)
 		return g.single(ctx, in)
 	}
 	g.mu.Lock()
@@ -63,6 +68,7 @@ func (g *groupCommit[In, Out]) call(ctx context.Context, in In) (Out, error) {
 		if g.timeout > 0 {
 			rctx, cancel = context.WithTimeout(ctx, g.timeout)
 		}
+		g.sent(in)
 		out, err := g.single(rctx, in)
 		cancel()
 		g.next()
@@ -153,6 +159,7 @@ func (g *groupCommit[In, Out]) send(batch []*pendingCall[In, Out]) {
 	in := make([]In, len(batch))
 	for i, p := range batch {
 		in[i] = p.in
+		g.sent(p.in)
 	}
 	out, err := g.batch(ctx, in)
 	if err == nil && len(out) != len(in) {
@@ -164,6 +171,13 @@ func (g *groupCommit[In, Out]) send(batch []*pendingCall[In, Out]) {
 		}
 		p.err = err
 		close(p.done)
+	}
+}
+
+// sent tells sending, if set, that in's request is being sent.
+func (g *groupCommit[In, Out]) sent(in In) {
+	if g.sending != nil {
+		g.sending(in)
 	}
 }
 

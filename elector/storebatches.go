@@ -26,9 +26,13 @@ type releaseCall struct {
 type claimCall struct {
 	claim Claim
 	lease LeaseID
+	// sending, if not nil, is called as the claim's request is sent.
+	sending func()
 }
 
-func newStoreBatches(b Backend, readTimeout time.Duration) *storeBatches {
+// newStoreBatches returns b's batches; timeout bounds each read or claim from the moment
+// its request is sent.
+func newStoreBatches(b Backend, timeout time.Duration) *storeBatches {
 	s := &storeBatches{
 		releases: groupCommit[releaseCall, struct{}]{
 			single: func(ctx context.Context, r releaseCall) (struct{}, error) {
@@ -37,14 +41,24 @@ func newStoreBatches(b Backend, readTimeout time.Duration) *storeBatches {
 			joins:    func(first, next releaseCall) bool { return next.lease == first.lease && next.why == first.why },
 			election: func(r releaseCall) string { return r.term.Election },
 		},
-		observes:  readCommit(b.Observe, readTimeout),
-		histories: readCommit(b.History, readTimeout),
+		observes:  readCommit(b.Observe, timeout),
+		histories: readCommit(b.History, timeout),
 		claims: groupCommit[claimCall, Observation]{
 			single: func(ctx context.Context, c claimCall) (Observation, error) {
 				return b.Campaign(ctx, c.claim.Election, c.claim.Value, c.lease)
 			},
 			joins:    func(first, next claimCall) bool { return next.lease == first.lease },
 			election: func(c claimCall) string { return c.claim.Election },
+			// A claim that waited for the batches before its own must not give up on a
+			// request that was never late: its answer would be lost, and the term it won
+			// would wait a whole ttl for a predecessor it could have named (at a SIGTERM
+			// of an owner of 800 shards, 66 of the shards taken waited so).
+			timeout: timeout,
+			sending: func(c claimCall) {
+				if c.sending != nil {
+					c.sending()
+				}
+			},
 		},
 	}
 	if rb, ok := b.(ReadBatcher); ok {
@@ -80,9 +94,10 @@ func (s *storeBatches) release(ctx context.Context, election string, token int64
 // batchesClaims reports whether claims go in batches (the store is a ClaimBatcher).
 func (s *storeBatches) batchesClaims() bool { return s.claims.batch != nil }
 
-// claim is Backend.Campaign, batched with the claims asked for meanwhile.
-func (s *storeBatches) claim(ctx context.Context, election string, value []byte, lease LeaseID) (Observation, error) {
-	return s.claims.call(ctx, claimCall{claim: Claim{Election: election, Value: value}, lease: lease})
+// claim is Backend.Campaign, batched with the claims asked for meanwhile; sending, if not
+// nil, is called as its request is sent.
+func (s *storeBatches) claim(ctx context.Context, election string, value []byte, lease LeaseID, sending func()) (Observation, error) {
+	return s.claims.call(ctx, claimCall{claim: Claim{Election: election, Value: value}, lease: lease, sending: sending})
 }
 
 // readCommit is the groupCommit of a read of one election's key or history (read), each

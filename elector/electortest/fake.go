@@ -165,6 +165,21 @@ func (s *Store) Client() *Client {
 	return c
 }
 
+// Claimed is how many elections the clients of s claimed so far, each claim alone or in a
+// batch counted once: Calls counts a batch as one CampaignAll.
+func (s *Store) Claimed() int64 {
+	s.mu.Lock()
+	clients := s.clients
+	s.mu.Unlock()
+	var n int64
+	for _, c := range clients {
+		c.mu.Lock()
+		n += c.claimed
+		c.mu.Unlock()
+	}
+	return n
+}
+
 // Calls is how many times each method was called so far on all the clients of s, by
 // method name (see Client.Calls).
 func (s *Store) Calls() map[string]int64 {
@@ -303,7 +318,11 @@ type Client struct {
 	fail   map[string]opFailure // method name -> how its calls fail
 	lose   map[string]opFailure // method name -> how its calls are applied but answer an error
 	delay  time.Duration        // added before every request and every watch event
-	calls  map[string]int64     // method name -> how many times it was called
+	// claimsLate is how long after applying them the answers to Campaign and CampaignAll
+	// take to come back (see AnswerClaimsLate).
+	claimsLate time.Duration
+	claimed    int64            // elections claimed, alone or in a batch (see Claimed)
+	calls      map[string]int64 // method name -> how many times it was called
 	// beforeIntent runs once, before the next intent this client writes is applied.
 	beforeIntent func()
 }
@@ -395,6 +414,35 @@ func (c *Client) Fail(op string, n int, err error) { c.set(&c.fail, op, n, err) 
 // store and be applied, then answer err: a timeout after the commit, or a connection reset
 // before the reply. n < 0 loses every answer until LoseAnswer(op, 0, nil).
 func (c *Client) LoseAnswer(op string, n int, err error) { c.set(&c.lose, op, n, err) }
+
+// AnswerClaimsLate makes every Campaign, and every batch of CampaignAll as a whole, answer
+// d after the store applied it: a store busy with other writes, where a request waits its
+// turn to be applied and its answer its turn to be sent. A caller whose context ends
+// meanwhile gets its context's error, as from a real client: the claim was applied, and
+// its answer is lost.
+func (c *Client) AnswerClaimsLate(d time.Duration) {
+	c.mu.Lock()
+	c.claimsLate = d
+	c.mu.Unlock()
+}
+
+// answerLate waits out AnswerClaimsLate's delay; it returns ctx's error if ctx ends first.
+func (c *Client) answerLate(ctx context.Context) error {
+	c.mu.Lock()
+	d := c.claimsLate
+	c.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // set makes the next n calls of op get err, as *m counts them.
 func (c *Client) set(m *map[string]opFailure, op string, n int, err error) {
@@ -518,11 +566,18 @@ func (c *Client) Revoke(ctx context.Context, id elector.LeaseID) error {
 // Campaign implements elector.Backend.
 func (c *Client) Campaign(ctx context.Context, election string, value []byte, lease elector.LeaseID) (elector.Observation, error) {
 	c.count("Campaign")
-	return c.campaign(ctx, election, value, lease)
+	o, err := c.campaign(ctx, election, value, lease)
+	if lateErr := c.answerLate(ctx); err == nil && lateErr != nil {
+		return elector.Observation{}, lateErr
+	}
+	return o, err
 }
 
-// campaign is Campaign, uncounted (see BatchingClient).
+// campaign is Campaign, uncounted as a call (see BatchingClient), counted as a claim.
 func (c *Client) campaign(ctx context.Context, election string, value []byte, lease elector.LeaseID) (elector.Observation, error) {
+	c.mu.Lock()
+	c.claimed++
+	c.mu.Unlock()
 	if err := c.lock(ctx); err != nil {
 		return elector.Observation{}, err
 	}

@@ -26,6 +26,9 @@ func (c BatchingClient) CampaignAll(ctx context.Context, claims []elector.Claim,
 		}
 		out[i] = o
 	}
+	if err := c.answerLate(ctx); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
