@@ -56,7 +56,7 @@ func TestBenchShardSigterm(t *testing.T) {
 		run := shardLoad(t, env, 2*time.Second, func(l *safety.LoadRun) {
 			time.Sleep(time.Second)
 			l.MarkDown(victim)
-			took = sigtermTakeover(t, victim, rest, mine)
+			took = sigtermTakeover(t, victim, rest, mine, benchPoll)
 		})
 		checkShardLoad(t, fmt.Sprintf("sigterm_%d", trial), run)
 		times, owned = append(times, took), append(owned, len(mine))
@@ -114,6 +114,11 @@ func TestBenchShardColdStart(t *testing.T) {
 		})
 	}
 }
+
+// benchPoll is how often a shard benchmark asks its instances for their shards: its times
+// come from the instances' logs, and each answer lists every shard of the set, thousands
+// of them, on the machine whose time is measured.
+const benchPoll = 250 * time.Millisecond
 
 // benchShardConfig is the configuration of a shard benchmark's fleet: -bench.shards shards
 // in forward mode, on a store of -bench.store started for t.

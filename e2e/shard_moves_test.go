@@ -83,7 +83,7 @@ func TestShardMoves(t *testing.T) {
 	load = shardLoad(t, env, 2*time.Second, func(l *safety.LoadRun) {
 		time.Sleep(time.Second)
 		l.MarkDown(joined) // the load balancer's health check
-		took = sigtermTakeover(t, joined, env.Fleet, moved)
+		took = sigtermTakeover(t, joined, env.Fleet, moved, fleet.PollInterval)
 	})
 	back := fleet.WaitShardsPlaced(t, env.Fleet, safety.RecoverTimeout)
 	for s := range back {
@@ -160,11 +160,12 @@ func successorOf(t *testing.T, in *Instance, shard int, token int64) int64 {
 
 // sigtermTakeover sends victim SIGTERM and returns how long after it the last of shards
 // was led (admitting) by one of survivors. Their admin APIs (GET /leader/shards/<set>,
-// polled every fleet.PollInterval) tell when every shard is led; the moment each began,
-// as exact as the survivor's clock, comes from its log (a poll sees it up to a poll late,
-// and polling without pause would take from the machine the time being measured). It
-// returns once victim has exited.
-func sigtermTakeover(t *testing.T, victim *Instance, survivors []*Instance, shards []int) time.Duration {
+// polled every poll) tell when every shard is led; the moment each began, as exact as
+// the survivor's clock, comes from its log (a poll sees it up to a poll late, and
+// polling without pause would take from the machine the time being measured: a set of
+// thousands of shards wants a poll of a few hundred milliseconds). It returns once
+// victim has exited.
+func sigtermTakeover(t *testing.T, victim *Instance, survivors []*Instance, shards []int, poll time.Duration) time.Duration {
 	t.Helper()
 	var (
 		mu   sync.Mutex
@@ -181,7 +182,7 @@ func sigtermTakeover(t *testing.T, victim *Instance, survivors []*Instance, shar
 				select {
 				case <-stop:
 					return
-				case <-time.After(fleet.PollInterval):
+				case <-time.After(poll):
 				}
 				views, err := in.ShardViews()
 				at := time.Now()
