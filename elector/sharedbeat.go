@@ -86,11 +86,14 @@ func (s *setBeats) closeLocked(l *lease, lb *leaseBeats) {
 }
 
 // run is the loop of lease l's terms: it beats a term at once when it has no heartbeat
-// deadline yet, every term whenever a renewal of l is sent, and ends a term whose
-// deadline passed; it ends with l, or when it has no term left.
+// deadline yet or its deadline is near, every term whenever a renewal of l is sent, and
+// ends a term whose deadline passed; it ends with l, or when it has no term left.
 func (s *setBeats) run(c *Candidate, l *lease, lb *leaseBeats, hb HeartbeatBatcher) {
 	defer s.close(l, lb)
 	next := l.renewalSent()
+	// soon is how near its deadline a term is beaten without waiting for the next
+	// renewal: half a beat window, more than the renewals' interval (a third of the ttl).
+	soon := beatWindow(l.granted) / 2
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -104,11 +107,20 @@ func (s *setBeats) run(c *Candidate, l *lease, lb *leaseBeats, hb HeartbeatBatch
 				continue
 			}
 			all = append(all, bt)
-			if !bt.failed && !bt.t.beat.valid(now) {
-				due = append(due, bt) // a new term, or one whose deadline a test's clock jumped past
+			h := bt.t.beatHorizon(now)
+			if !bt.failed && (!bt.t.beat.valid(now) || h <= soon) {
+				// A new term, one whose deadline a test's clock jumped past, or one whose
+				// deadline comes before the next renewal may: a term won by a claim
+				// answered late, whose first heartbeat deadline counts from the claim's
+				// sending. Waiting for the renewal ended such terms at a cold start of
+				// 4,096 shards, and with them the lease and every shard it held.
+				due = append(due, bt)
 				continue
 			}
-			if h := bt.t.beatHorizon(now); wait < 0 || h < wait {
+			if !bt.failed {
+				h -= soon // beat it once its deadline is that near
+			}
+			if wait < 0 || h < wait {
 				wait = h
 			}
 		}

@@ -480,6 +480,27 @@ func TestShardSetClaimWaitsForItsBatchsAnswer(t *testing.T) {
 	}
 }
 
+// A term won by a claim answered late gets its first heartbeat before its deadline, which
+// counts from the claim's sending, even when that deadline comes before the lease's next
+// renewal: the set's heartbeats go with the renewals, and a term left for the next one
+// passed its deadline, which gives up the lease and every shard held under it. Here each
+// batch of claims is answered 700 ms after it was sent, 200 ms before the heartbeat
+// deadline of a 1 s ttl, while renewals go every 333 ms: without the early heartbeat, some
+// instance's lease went in nearly every run.
+func TestShardSetBeatsATermWonLateBeforeItsDeadline(t *testing.T) {
+	f := &placedFleet{t: t, store: NewStore(), shards: 48, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{},
+		batching: true, claimsLate: 700 * time.Millisecond}
+	defer f.checkOverlaps(t)()
+	ids := []string{"node-a", "node-b", "node-c"}
+	for _, id := range ids {
+		f.join(id, 4)
+	}
+	f.settledOn(ids, 30*time.Second)
+	if grants := f.store.Calls()["Grant"]; grants != int64(len(ids)) {
+		t.Errorf("%d instances were granted %d leases: a lease was given up at the start", len(ids), grants)
+	}
+}
+
 // A set's held shards send their heartbeats in one request per renewal where the store
 // batches them (elector.HeartbeatBatcher), not a request, a loop and a timer per shard; a
 // shard still stops admitting when its own heartbeat deadline passes.
