@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,6 +76,80 @@ func TestBenchShardSigterm(t *testing.T) {
 	}
 	t.Logf("SIGTERM of an instance owning %d–%d of %d shards (%d instances, %s, ttl %v, forward), %d trials: median %v, p99 %v, max %v",
 		slices.Min(owned), slices.Max(owned), *benchShards, *benchInstances, *benchStore, ttl, len(times), pct(0.5), pct(0.99), times[len(times)-1].Round(time.Millisecond))
+}
+
+// TestBenchShardJoin times an instance joining a placed fleet: from its launch until every
+// shard that placement gives it is led by it (the moment its log says it began to lead the
+// last of them), with the clients' load in forward mode on the fleet that was there. Each
+// shard must move at most once, straight to the instance that joined, and every request
+// must be answered 200 and pass the safety check shard by shard. The instance that joined
+// then leaves (SIGTERM) and the fleet is placed again before the next trial.
+//
+//	go test -tags bench -run TestBenchShardJoin -v ./e2e -bench.shards 4096 -bench.instances 5 -bench.trials 3
+func TestBenchShardJoin(t *testing.T) {
+	needCaddy(t)
+	env := safety.NewEnv[*etcdProcs](t, caddyBin, nil, benchShardConfig(t))
+	env.LaunchWithin(t, *benchInstances, 10*time.Minute)
+	var times []time.Duration
+	for trial := range *benchFlags.Trials {
+		before := env.Shards
+		var joined *Instance
+		var placed []fleet.ShardView
+		var joinedAt time.Time
+		run := shardLoad(t, env, 2*time.Second, func(l *safety.LoadRun) {
+			time.Sleep(time.Second)
+			joinedAt = time.Now()
+			joined = StartInstance(t, fmt.Sprintf("j%d", trial), env.Cfg)
+			placed = waitPlacedQuietly(t, append(slices.Clone(env.Fleet), joined))
+		})
+		checkShardLoad(t, fmt.Sprintf("join_%d", trial), run)
+		var moved []int
+		for s, now := range placed {
+			switch was := before[s]; {
+			case now.Owner != was.Owner && now.Owner != joined.ID:
+				t.Errorf("trial %d: shard %d moved from %s to %s, not to the instance that joined", trial, s, was.Owner, now.Owner)
+			case now.Owner != was.Owner:
+				moved = append(moved, s)
+			}
+		}
+		led := joined.ShardsLedSince(joinedAt, moved)
+		var last time.Time
+		for _, s := range moved {
+			at, ok := led[s]
+			if !ok {
+				t.Fatalf("trial %d: %s owns shard %d, its log says it never began to lead it", trial, joined, s)
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		twice := 0
+		for _, in := range env.Fleet {
+			twice += len(in.ShardsLedSince(joinedAt, moved)) // a moved shard led again by an old owner
+		}
+		took := last.Sub(joinedAt)
+		times = append(times, took)
+		t.Logf("trial %d: %s joined %d instances: %d of %d shards moved to it (%.1f%%; 1/%d is %.1f%%), %d of them led by another instance meanwhile; the last led by it %v after its launch; %d requests, %s",
+			trial, joined, len(env.Fleet), len(moved), *benchShards, 100*float64(len(moved))/float64(*benchShards), len(env.Fleet)+1,
+			100/float64(len(env.Fleet)+1), twice, took.Round(time.Millisecond), len(run.Results), safety.FmtStatuses(safety.Summarize(run.Results), true))
+		if twice > 0 {
+			t.Errorf("trial %d: %d moved shards were led by another instance after the join began: they moved more than once", trial, twice)
+		}
+		joined.Signal(syscall.SIGTERM)
+		joined.WaitExit()
+		env.Shards = waitPlacedQuietly(t, env.Fleet)
+	}
+	slices.Sort(times)
+	t.Logf("a %s instance joining %d (%d shards, %s, ttl %v, forward), %d trials: its shards led by it after %v (min) to %v (max)",
+		ordinal(len(env.Fleet)+1), len(env.Fleet), *benchShards, *benchStore, ttl, len(times), times[0].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
+}
+
+// ordinal is n as "sixth", for the fleet sizes a benchmark uses, or "n-th".
+func ordinal(n int) string {
+	if names := []string{"first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"}; n >= 1 && n <= len(names) {
+		return names[n-1]
+	}
+	return fmt.Sprintf("%d-th", n)
 }
 
 // TestBenchShardColdStart times a fleet's cold start on a store that has never held the
