@@ -469,7 +469,7 @@ func TestShardSetClaimsEachKeyOnceAtAStart(t *testing.T) {
 // held under its own lease: a term that cannot name its predecessor, so it waits a whole
 // ttl before it admits. At a SIGTERM of an owner of 800 shards on etcd, 66 of the shards
 // taken waited so, and requests forwarded to them failed meanwhile.
-func TestShardSetClaimWaitsForItsBatchsAnswer(t *testing.T) {
+func TestShardSetClaimWaitsForItsOwnBatchAnswer(t *testing.T) {
 	f := &placedFleet{t: t, store: NewStore(), shards: 64, members: map[string][]*elector.Election{}, cands: map[string]*elector.Candidate{},
 		batching: true, claimsLate: 700 * time.Millisecond, ttl: 3 * time.Second}
 	defer f.checkOverlaps(t)()
